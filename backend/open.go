@@ -1,0 +1,282 @@
+package backend
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// OpenOptions selects how Open opens a device.
+type OpenOptions struct {
+	// ReadOnly opens the device without write access.
+	ReadOnly bool
+	// Kind forces an implementation: "file", "block" or "nvme"; "" picks one
+	// from the path's type.
+	Kind string
+}
+
+// NVMeOpener opens an NVMe namespace with FDP passthrough. backend/nvme sets
+// it from its init, so the core package does not depend on it; nil means the
+// NVMe backend is not linked in.
+var NVMeOpener func(path string, ro bool) (Device, error)
+
+var (
+	nvmeBlockName = regexp.MustCompile(`^nvme[0-9]+n[0-9]+$`)
+	nvmeCharName  = regexp.MustCompile(`^ng[0-9]+n[0-9]+$`)
+)
+
+// Open opens the device at path. With Kind "" a regular file becomes a File,
+// a block device a Block, and an NVMe namespace (/dev/nvmeXnY or the
+// generic /dev/ngXnY) goes to NVMeOpener when it is set; a block namespace
+// the NVMe backend cannot drive falls back to Block.
+func Open(path string, opts OpenOptions) (Device, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // keep "device X: no such file or directory" short
+		}
+		return nil, fmt.Errorf("device %s: %w", path, err)
+	}
+	mode := st.Mode()
+	isBlock := mode.Type() == fs.ModeDevice
+	isChar := mode.Type() == fs.ModeDevice|fs.ModeCharDevice
+	base := path
+	if resolved, err := filepath.EvalSymlinks(path); err == nil {
+		base = resolved
+	}
+	base = filepath.Base(base)
+
+	switch opts.Kind {
+	case "":
+	case "file":
+		if !mode.IsRegular() {
+			return nil, fmt.Errorf("device %s: kind file needs a regular file, found %s", path, describeMode(mode))
+		}
+		return wrapOpen(OpenFile(path, opts.ReadOnly))
+	case "block":
+		if !isBlock {
+			return nil, fmt.Errorf("device %s: kind block needs a block device, found %s", path, describeMode(mode))
+		}
+		return wrapOpen(OpenBlock(path, opts.ReadOnly))
+	case "nvme":
+		if NVMeOpener == nil {
+			return nil, fmt.Errorf("device %s: nvme backend not available", path)
+		}
+		return NVMeOpener(path, opts.ReadOnly)
+	default:
+		return nil, fmt.Errorf("device %s: unknown device kind %q (want file, block or nvme)", path, opts.Kind)
+	}
+
+	switch {
+	case mode.IsRegular():
+		return wrapOpen(OpenFile(path, opts.ReadOnly))
+	case isBlock:
+		if NVMeOpener != nil && nvmeBlockName.MatchString(base) {
+			if d, err := NVMeOpener(path, opts.ReadOnly); err == nil {
+				return d, nil
+			}
+			// Not FDP-capable or no passthrough: plain O_DIRECT still works.
+		}
+		return wrapOpen(OpenBlock(path, opts.ReadOnly))
+	case isChar && nvmeCharName.MatchString(base):
+		if NVMeOpener == nil {
+			return nil, fmt.Errorf("device %s: NVMe generic character device, but the nvme backend is not available", path)
+		}
+		return NVMeOpener(path, opts.ReadOnly)
+	default:
+		return nil, fmt.Errorf("device %s: is %s; want an image file, a block device or an NVMe namespace", path, describeMode(mode))
+	}
+}
+
+// wrapOpen turns a typed (*T, error) into (Device, error) without producing
+// a non-nil interface holding a nil pointer.
+func wrapOpen[T Device](d T, err error) (Device, error) {
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func describeMode(m fs.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return "a regular file"
+	case m.IsDir():
+		return "a directory"
+	case m.Type() == fs.ModeDevice:
+		return "a block device"
+	case m.Type() == fs.ModeDevice|fs.ModeCharDevice:
+		return "a character device"
+	case m.Type() == fs.ModeNamedPipe:
+		return "a named pipe"
+	case m.Type() == fs.ModeSocket:
+		return "a socket"
+	default:
+		return "a special file (" + m.Type().String() + ")"
+	}
+}
+
+// IsMounted reports whether the kernel has a filesystem mounted from path.
+// For a block device it also counts mounted partitions of it; for an image
+// file it counts loop devices backed by the file. A mount whose source names
+// path itself (a FUSE mount of the image) counts as well.
+func IsMounted(path string) (bool, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return false, fmt.Errorf("device %s: %w", path, err)
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return false, fmt.Errorf("device %s: no device numbers in stat", path)
+	}
+	// The conversions below matter where stat's fields are 32-bit.
+	devs := map[uint64]bool{}
+	switch {
+	case st.Mode().Type() == fs.ModeDevice:
+		addWithPartitions(devs, uint64(sys.Rdev))
+	case st.Mode().IsRegular():
+		for _, d := range loopDevicesBacking(uint64(sys.Dev), uint64(sys.Ino)) {
+			addWithPartitions(devs, d)
+		}
+	}
+	names := map[string]bool{path: true}
+	if abs, err := filepath.Abs(path); err == nil {
+		names[abs] = true
+	}
+	if res, err := filepath.EvalSymlinks(path); err == nil {
+		names[res] = true
+	}
+
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false, fmt.Errorf("check mounts of %s: %w", path, err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		dev, source, ok := parseMountinfo(sc.Text())
+		if !ok {
+			continue
+		}
+		if devs[dev] || names[source] {
+			return true, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return false, fmt.Errorf("check mounts of %s: read mountinfo: %w", path, err)
+	}
+	return false, nil
+}
+
+// parseMountinfo extracts the device number and mount source of one
+// /proc/self/mountinfo line (see proc(5)).
+func parseMountinfo(line string) (dev uint64, source string, ok bool) {
+	fields := strings.Fields(line)
+	if len(fields) < 10 {
+		return 0, "", false
+	}
+	majS, minS, found := strings.Cut(fields[2], ":")
+	if !found {
+		return 0, "", false
+	}
+	maj, err1 := strconv.ParseUint(majS, 10, 32)
+	mnr, err2 := strconv.ParseUint(minS, 10, 32)
+	if err1 != nil || err2 != nil {
+		return 0, "", false
+	}
+	for i := 6; i+2 < len(fields); i++ {
+		if fields[i] == "-" {
+			source = unescapeMount(fields[i+2])
+			break
+		}
+	}
+	return unix.Mkdev(uint32(maj), uint32(mnr)), source, true
+}
+
+// unescapeMount undoes the kernel's octal escaping (\040 for space, ...).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// addWithPartitions adds dev and the partitions sysfs lists under it.
+func addWithPartitions(devs map[uint64]bool, dev uint64) {
+	devs[dev] = true
+	dir := fmt.Sprintf("/sys/dev/block/%d:%d", unix.Major(dev), unix.Minor(dev))
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if _, err := os.Stat(filepath.Join(dir, e.Name(), "partition")); err != nil {
+			continue
+		}
+		if d, ok := readDevFile(filepath.Join(dir, e.Name(), "dev")); ok {
+			devs[d] = true
+		}
+	}
+}
+
+// loopDevicesBacking lists the loop devices whose backing file is the inode
+// (dev, ino).
+func loopDevicesBacking(dev, ino uint64) []uint64 {
+	matches, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	var out []uint64
+	for _, m := range matches {
+		raw, err := os.ReadFile(m)
+		if err != nil {
+			continue
+		}
+		back := strings.TrimSuffix(strings.TrimRight(string(raw), "\n"), " (deleted)")
+		var st unix.Stat_t
+		if err := unix.Stat(back, &st); err != nil || uint64(st.Dev) != dev || uint64(st.Ino) != ino {
+			continue
+		}
+		if d, ok := readDevFile(filepath.Join(filepath.Dir(filepath.Dir(m)), "dev")); ok {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// readDevFile parses a sysfs "major:minor" file.
+func readDevFile(p string) (uint64, bool) {
+	raw, err := os.ReadFile(p)
+	if err != nil {
+		return 0, false
+	}
+	majS, minS, ok := strings.Cut(strings.TrimSpace(string(raw)), ":")
+	if !ok {
+		return 0, false
+	}
+	maj, err1 := strconv.ParseUint(majS, 10, 32)
+	mnr, err2 := strconv.ParseUint(minS, 10, 32)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return unix.Mkdev(uint32(maj), uint32(mnr)), true
+}

@@ -1,0 +1,140 @@
+// Package cli implements the streamfs subcommands; main.go only dispatches.
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// Exit statuses shared by the subcommands.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+const usageText = `usage: streamfs COMMAND [ARGS]
+
+commands:
+  mkfs [--size SIZE] [--ag-count N] [--block-size 4096] [-L LABEL] [-f|--force] PATH
+  mount [-o OPTIONS] PATH MOUNTPOINT
+  info [--json] PATH|MOUNTPOINT
+  stream max|get|set PATH [ID]
+  bmap [--json] FILE
+  stats [--json] MOUNTPOINT
+  PATH MOUNTPOINT [-o OPTIONS]     (mount helper form, used by mount -t fuse.streamfs)
+`
+
+// Main runs the streamfs command line and returns the exit status.
+func Main(args []string, stdout, stderr io.Writer) int {
+	if len(args) < 1 {
+		fmt.Fprint(stderr, usageText)
+		return exitUsage
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "mkfs":
+		return Mkfs(rest, stdout, stderr)
+	case "mount":
+		return MountCmd(rest, stdout, stderr)
+	case "info":
+		return Info(rest, stdout, stderr)
+	case "stream":
+		return Stream(rest, stdout, stderr)
+	case "bmap":
+		return Bmap(rest, stdout, stderr)
+	case "stats":
+		return Stats(rest, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usageText)
+		return exitOK
+	}
+	if strings.HasPrefix(cmd, "/") || strings.HasPrefix(cmd, ".") || strings.Contains(cmd, "/") {
+		return Helper(args, stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "streamfs: unknown command %q\n%s", cmd, usageText)
+	return exitUsage
+}
+
+// newFlags returns a flag set that reports errors to stderr without exiting.
+func newFlags(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("streamfs "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// parseFlags parses, allowing flags after positional arguments too.
+func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+// ParseSize parses sizes like 512, 64K, 10M, 2G, 1T (powers of 1024).
+func ParseSize(s string) (int64, error) {
+	if s == "" {
+		return 0, errors.New("empty size")
+	}
+	mult := int64(1)
+	num := s
+	switch strings.ToUpper(s[len(s)-1:]) {
+	case "K":
+		mult = 1 << 10
+	case "M":
+		mult = 1 << 20
+	case "G":
+		mult = 1 << 30
+	case "T":
+		mult = 1 << 40
+	}
+	if mult > 1 {
+		num = s[:len(s)-1]
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("invalid size %q (a positive number with an optional K, M, G or T suffix)", s)
+	}
+	if n > (1<<62)/mult {
+		return 0, fmt.Errorf("size %q too large", s)
+	}
+	return n * mult, nil
+}
+
+// newLogger logs human-readable lines to stderr.
+func newLogger(stderr io.Writer, debug bool) *zap.Logger {
+	cfg := zap.NewDevelopmentEncoderConfig()
+	cfg.EncodeTime = zapcore.ISO8601TimeEncoder
+	level := zap.InfoLevel
+	if debug {
+		level = zap.DebugLevel
+	}
+	core := zapcore.NewCore(zapcore.NewConsoleEncoder(cfg), zapcore.AddSync(stderr), level)
+	return zap.New(core)
+}
+
+func fail(stderr io.Writer, cmd string, err error) int {
+	fmt.Fprintf(stderr, "streamfs %s: %v\n", cmd, err)
+	return exitFail
+}
+
+func isDir(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.IsDir()
+}

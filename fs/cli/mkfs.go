@@ -1,0 +1,97 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+
+	"github.com/streamfs/streamfs/backend"
+	"github.com/streamfs/streamfs/fs/format"
+	"github.com/streamfs/streamfs/fs/meta"
+)
+
+// Mkfs implements `streamfs mkfs`.
+func Mkfs(args []string, stdout, stderr io.Writer) int {
+	f := newFlags("mkfs", stderr)
+	size := f.String("size", "", "image size (K, M, G, T suffixes; powers of 1024)")
+	agCount := f.Uint("ag-count", 0, "number of allocation groups (default: like mkfs.xfs)")
+	blockSize := f.Uint("block-size", 4096, "filesystem block size")
+	label := f.String("L", "", "filesystem label")
+	force := f.Bool("f", false, "overwrite an existing filesystem")
+	f.BoolVar(force, "force", false, "overwrite an existing filesystem")
+	kind := f.String("backend", "", "force a backend: file, block or nvme")
+	pos, err := parseFlags(f, args)
+	if err != nil {
+		return exitUsage
+	}
+	if len(pos) != 1 {
+		fmt.Fprintln(stderr, "usage: streamfs mkfs [--size SIZE] [--ag-count N] [--block-size 4096] [-L LABEL] [-f|--force] PATH")
+		return exitUsage
+	}
+	path := pos[0]
+	var sizeBytes int64
+	if *size != "" {
+		if sizeBytes, err = ParseSize(*size); err != nil {
+			return fail(stderr, "mkfs", err)
+		}
+	}
+	st, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if sizeBytes == 0 {
+			return fail(stderr, "mkfs", fmt.Errorf("%s does not exist (give --size to create an image file)", path))
+		}
+		fh, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err != nil {
+			return fail(stderr, "mkfs", err)
+		}
+		err = fh.Truncate(sizeBytes) // sparse
+		fh.Close()
+		if err != nil {
+			return fail(stderr, "mkfs", fmt.Errorf("sizing %s: %w", path, err))
+		}
+	case err != nil:
+		return fail(stderr, "mkfs", err)
+	case st.Mode()&os.ModeDevice != 0:
+		if sizeBytes != 0 {
+			return fail(stderr, "mkfs", fmt.Errorf("%s is a device: it has its own size, --size is refused", path))
+		}
+		if mounted, _ := backend.IsMounted(path); mounted {
+			return fail(stderr, "mkfs", fmt.Errorf("%s is mounted; refusing to format it", path))
+		}
+	case st.Mode().IsRegular():
+		if mounted, _ := backend.IsMounted(path); mounted {
+			return fail(stderr, "mkfs", fmt.Errorf("%s is mounted; refusing to format it", path))
+		}
+	default:
+		return fail(stderr, "mkfs", fmt.Errorf("%s is neither an image file nor a block device", path))
+	}
+	dev, err := backend.Open(path, backend.OpenOptions{Kind: *kind})
+	if err != nil {
+		return fail(stderr, "mkfs", err)
+	}
+	defer dev.Close()
+	if sig := meta.Signature(dev); sig != "" && !*force {
+		return fail(stderr, "mkfs", fmt.Errorf("%s contains a %s filesystem; use -f to overwrite it", path, sig))
+	}
+	if st != nil && st.Mode().IsRegular() && sizeBytes != 0 && sizeBytes != st.Size() {
+		if !*force && st.Size() > 0 {
+			return fail(stderr, "mkfs", fmt.Errorf("%s exists with size %d; use -f to resize it to %d", path, st.Size(), sizeBytes))
+		}
+		dev.Close()
+		if err := os.Truncate(path, sizeBytes); err != nil {
+			return fail(stderr, "mkfs", err)
+		}
+		if dev, err = backend.Open(path, backend.OpenOptions{Kind: *kind}); err != nil {
+			return fail(stderr, "mkfs", err)
+		}
+	}
+	sb, err := meta.Mkfs(dev, format.MkfsParams{BlockSize: uint32(*blockSize), AGCount: uint32(*agCount), Label: *label})
+	if err != nil {
+		return fail(stderr, "mkfs", err)
+	}
+	printInfo(stdout, path, sb.Info())
+	return exitOK
+}

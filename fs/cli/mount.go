@@ -1,0 +1,329 @@
+package cli
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/streamfs/streamfs/alloc"
+	"github.com/streamfs/streamfs/backend"
+	sfs "github.com/streamfs/streamfs/fs"
+	"github.com/streamfs/streamfs/fs/meta"
+)
+
+// mountOpts are the parsed -o options; the README has the table.
+type mountOpts struct {
+	ro, allowOther, debug, discard bool
+	placement                      alloc.Policy
+	cache                          bool
+	backend                        string
+	errorsContinue                 bool
+	commit                         time.Duration
+}
+
+// genericOpts are mount(8) options that mean nothing to streamfs; the mount
+// helper passes them and they are ignored.
+var genericOpts = map[string]bool{
+	"dev": true, "nodev": true, "suid": true, "nosuid": true, "exec": true, "noexec": true,
+	"auto": true, "noauto": true, "user": true, "nouser": true, "users": true, "defaults": true,
+	"_netdev": true, "nofail": true, "atime": true, "noatime": true, "relatime": true,
+	"strictatime": true, "nodiratime": true, "diratime": true, "async": true, "sync": true,
+	"lazytime": true, "nolazytime": true, "owner": true, "group": true, "default_permissions": true,
+}
+
+func parseMountOpts(list []string) (mountOpts, error) {
+	o := mountOpts{placement: alloc.PolicyStreams, cache: true, commit: 5 * time.Second}
+	for _, group := range list {
+		for _, opt := range strings.Split(group, ",") {
+			if opt == "" {
+				continue
+			}
+			k, v, hasV := strings.Cut(opt, "=")
+			switch {
+			case k == "ro":
+				o.ro = true
+			case k == "rw":
+				o.ro = false
+			case k == "allow_other":
+				o.allowOther = true
+			case k == "debug":
+				o.debug = true
+			case k == "discard":
+				o.discard = true
+			case k == "nodiscard":
+				o.discard = false
+			case k == "placement" && hasV:
+				p, err := alloc.ParsePolicy(v)
+				if err != nil {
+					return o, fmt.Errorf("-o placement=%s: want inode, agset or streams", v)
+				}
+				o.placement = p
+			case k == "placement_cache" && hasV:
+				switch v {
+				case "on":
+					o.cache = true
+				case "off":
+					o.cache = false
+				default:
+					return o, fmt.Errorf("-o placement_cache=%s: want on or off", v)
+				}
+			case k == "backend" && hasV:
+				if v != "file" && v != "block" && v != "nvme" {
+					return o, fmt.Errorf("-o backend=%s: want file, block or nvme", v)
+				}
+				o.backend = v
+			case k == "errors" && hasV:
+				switch v {
+				case "remount-ro":
+					o.errorsContinue = false
+				case "continue":
+					o.errorsContinue = true
+				default:
+					return o, fmt.Errorf("-o errors=%s: want remount-ro or continue", v)
+				}
+			case k == "commit" && hasV:
+				n, err := strconv.Atoi(v)
+				if err != nil || n < 1 || n > 3600 {
+					return o, fmt.Errorf("-o commit=%s: want seconds from 1 to 3600", v)
+				}
+				o.commit = time.Duration(n) * time.Second
+			case genericOpts[k] || strings.HasPrefix(k, "x-") || k == "fsname" || k == "subtype":
+				// generic mount(8) option: ignored
+			default:
+				return o, fmt.Errorf("unknown mount option %q", opt)
+			}
+		}
+	}
+	return o, nil
+}
+
+// MountCmd implements `streamfs mount [-o OPTIONS] PATH MOUNTPOINT`, in the
+// foreground.
+func MountCmd(args []string, stdout, stderr io.Writer) int {
+	var opts []string
+	var pos []string
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "-o" && i+1 < len(args):
+			opts = append(opts, args[i+1])
+			i++
+		case strings.HasPrefix(a, "-o") && len(a) > 2:
+			opts = append(opts, a[2:])
+		case a == "-h" || a == "--help":
+			fmt.Fprintln(stdout, "usage: streamfs mount [-o OPTIONS] PATH MOUNTPOINT")
+			return exitOK
+		case strings.HasPrefix(a, "-") && a != "-":
+			fmt.Fprintf(stderr, "streamfs mount: unknown flag %s\n", a)
+			return exitUsage
+		default:
+			pos = append(pos, a)
+		}
+	}
+	if len(pos) != 2 {
+		fmt.Fprintln(stderr, "usage: streamfs mount [-o OPTIONS] PATH MOUNTPOINT")
+		return exitUsage
+	}
+	o, err := parseMountOpts(opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "streamfs mount: %v\n", err)
+		return exitUsage
+	}
+	if err := runMount(pos[0], pos[1], o, stderr, nil); err != nil {
+		return fail(stderr, "mount", err)
+	}
+	return exitOK
+}
+
+// checkMountpoint refuses anything but an empty directory and explains a
+// dead mount left by a crashed daemon.
+func checkMountpoint(mnt string) error {
+	st, err := os.Stat(mnt)
+	if errors.Is(err, syscall.ENOTCONN) {
+		return fmt.Errorf("%s is a dead FUSE mount (its daemon died); clear it with: umount -l %s", mnt, mnt)
+	}
+	if err != nil {
+		return fmt.Errorf("mount point: %w", err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("mount point %s is not a directory", mnt)
+	}
+	d, err := os.Open(mnt)
+	if err != nil {
+		return fmt.Errorf("mount point: %w", err)
+	}
+	defer d.Close()
+	if names, _ := d.Readdirnames(1); len(names) > 0 {
+		return fmt.Errorf("mount point %s is not an empty directory", mnt)
+	}
+	return nil
+}
+
+// runMount mounts and serves until unmounted or signalled. ready, if not
+// nil, is called once the mount is up (or with the error that prevented it).
+func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)) (err error) {
+	if ready != nil {
+		defer func() {
+			if err != nil {
+				ready(err)
+			}
+		}()
+	}
+	log := newLogger(stderr, o.debug)
+	defer func() { _ = log.Sync() }()
+	if err := checkMountpoint(mnt); err != nil {
+		return err
+	}
+	dev, err := backend.Open(path, backend.OpenOptions{ReadOnly: o.ro, Kind: o.backend})
+	if err != nil {
+		if errors.Is(err, backend.ErrBusy) {
+			return fmt.Errorf("%s is already mounted by another streamfs (or otherwise in use): %w", path, err)
+		}
+		return err
+	}
+	defer dev.Close()
+	store, err := meta.Open(dev, meta.Options{
+		ReadOnly: o.ro, Discard: o.discard, Policy: o.placement, PlacementCache: o.cache,
+		CommitInterval: o.commit, ErrorsContinue: o.errorsContinue, Logger: log,
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	src := path
+	if abs, aerr := absPath(path); aerr == nil {
+		src = abs
+	}
+	srv, err := sfs.Mount(&sfs.FS{Store: store, Log: log}, mnt, sfs.MountOptions{
+		Source: src, ReadOnly: o.ro, AllowOther: o.allowOther, Debug: o.debug, PlacementCache: o.cache,
+	})
+	if err != nil {
+		_ = store.Close()
+		return err
+	}
+	log.Sugar().Infof("serving %s on %s (backend %s, placement %s, streams %d)",
+		path, mnt, dev.Kind(), o.placement, store.Allocator().MaxStreams())
+	if ready != nil {
+		ready(nil)
+	}
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		for s := range sig {
+			log.Sugar().Infof("%v: unmounting %s", s, mnt)
+			if err := srv.Unmount(); err != nil {
+				log.Sugar().Warnf("unmount failed (busy?): %v", err)
+			}
+		}
+	}()
+	srv.Wait()
+	signal.Stop(sig)
+	close(sig)
+	if err := store.Close(); err != nil {
+		return err
+	}
+	return nil
+}
+
+func absPath(p string) (string, error) {
+	if strings.HasPrefix(p, "/") {
+		return p, nil
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	return wd + "/" + p, nil
+}
+
+// readyEnv names the descriptor a background mount reports readiness on.
+const readyEnv = "STREAMFS_READY_FD"
+
+// Helper implements the mount(8) helper form `streamfs PATH MOUNTPOINT -o
+// OPTS` that mount.fuse3 runs: options anywhere, generic options ignored,
+// and the mount goes to the background; the command returns once the mount
+// is ready, or fails with the reason.
+func Helper(args []string, stdout, stderr io.Writer) int {
+	var opts, pos []string
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "-o" && i+1 < len(args):
+			opts = append(opts, args[i+1])
+			i++
+		case strings.HasPrefix(a, "-o") && len(a) > 2:
+			opts = append(opts, a[2:])
+		case a == "-f":
+		case strings.HasPrefix(a, "-"):
+			// mount(8) flags such as -n or -v: nothing to do
+		default:
+			pos = append(pos, a)
+		}
+	}
+	if len(pos) != 2 {
+		fmt.Fprintln(stderr, "usage: streamfs PATH MOUNTPOINT [-o OPTIONS]")
+		return exitUsage
+	}
+	o, err := parseMountOpts(opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "streamfs: %v\n", err)
+		return exitUsage
+	}
+	if fd := os.Getenv(readyEnv); fd != "" {
+		// The background child: report readiness on the pipe, log to the
+		// inherited log file.
+		n, _ := strconv.Atoi(fd)
+		pipe := os.NewFile(uintptr(n), "ready")
+		report := func(err error) {
+			if err != nil {
+				fmt.Fprintln(pipe, err.Error())
+			} else {
+				fmt.Fprintln(pipe, "ok")
+			}
+			pipe.Close()
+		}
+		if err := runMount(pos[0], pos[1], o, stderr, report); err != nil {
+			return exitFail
+		}
+		return exitOK
+	}
+	// Go cannot fork: re-exec ourselves in a new session and wait for the
+	// child to say the mount is ready.
+	r, w, err := os.Pipe()
+	if err != nil {
+		return fail(stderr, "mount", err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fail(stderr, "mount", err)
+	}
+	cmd := exec.Command(self, args...)
+	cmd.Env = append(os.Environ(), readyEnv+"=3")
+	cmd.ExtraFiles = []*os.File{w}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if logf, err := os.OpenFile("/dev/null", os.O_WRONLY, 0); err == nil {
+		cmd.Stdout, cmd.Stderr = logf, logf
+		defer logf.Close()
+	}
+	if err := cmd.Start(); err != nil {
+		return fail(stderr, "mount", err)
+	}
+	w.Close()
+	line, _ := bufio.NewReader(r).ReadString('\n')
+	r.Close()
+	line = strings.TrimSpace(line)
+	if line != "ok" {
+		if line == "" {
+			line = "the mount daemon exited before the mount was ready"
+		}
+		fmt.Fprintf(stderr, "streamfs: %s\n", line)
+		return exitFail
+	}
+	_ = cmd.Process.Release()
+	return exitOK
+}

@@ -1,0 +1,129 @@
+package fs
+
+import (
+	"context"
+	"sync"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/streamfs/streamfs/fs/meta"
+)
+
+// handle is an open file. It remembers the inode's write-error generation
+// at open, so a failed data write is reported once per open file at its
+// next fsync or close (the kernel's errseq behaviour).
+type handle struct {
+	in    *meta.Inode
+	flags uint32
+
+	mu     sync.Mutex // guards wbSeen
+	wbSeen uint64
+}
+
+func (f *FS) openHandle(in *meta.Inode, flags uint32) (*handle, uint32) {
+	f.Store.OpenFile(in)
+	h := &handle{in: in, flags: flags, wbSeen: in.WBGen()}
+	var fl uint32
+	if flags&syscall.O_DIRECT != 0 {
+		fl |= fuse.FOPEN_DIRECT_IO
+		// Parallel direct writes only when no append can race for EOF.
+		if flags&syscall.O_APPEND == 0 {
+			fl |= fuse.FOPEN_PARALLEL_DIRECT_WRITES
+		}
+	}
+	return h, fl
+}
+
+// writeErr returns EIO once for every write error since the last check.
+func (h *handle) writeErr() syscall.Errno {
+	g := h.in.WBGen()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if g != h.wbSeen {
+		h.wbSeen = g
+		return syscall.EIO
+	}
+	return 0
+}
+
+func writable(flags uint32) bool { return flags&syscall.O_ACCMODE != syscall.O_RDONLY }
+
+// Open implements gofs.NodeOpener.
+func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if !n.in.IsReg() {
+		if n.in.IsDir() {
+			return nil, 0, syscall.EISDIR
+		}
+		return nil, 0, 0
+	}
+	if writable(flags) && n.fs.Store.ReadOnly() {
+		return nil, 0, syscall.EROFS
+	}
+	h, fl := n.fs.openHandle(n.in, flags)
+	return h, fl, 0
+}
+
+// Read implements gofs.NodeReader.
+func (n *Node) Read(ctx context.Context, f gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	c, err := n.fs.Store.Read(n.in, dest, off)
+	if err != nil {
+		return nil, errno(err)
+	}
+	return fuse.ReadResultData(dest[:c]), 0
+}
+
+// Write implements gofs.NodeWriter.
+func (n *Node) Write(ctx context.Context, f gofs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	uid, _ := caller(ctx)
+	c, err := n.fs.Store.Write(n.in, data, off, meta.WriteOpts{KillSUID: uid != 0})
+	if err != nil && c == 0 {
+		return 0, errno(err)
+	}
+	return uint32(c), 0
+}
+
+// Fsync implements gofs.NodeFsyncer.
+func (n *Node) Fsync(ctx context.Context, f gofs.FileHandle, flags uint32) syscall.Errno {
+	err := errno(n.fs.Store.Fsync(n.in))
+	if h, ok := f.(*handle); ok {
+		if e := h.writeErr(); e != 0 {
+			return e
+		}
+	}
+	return err
+}
+
+// Flush implements gofs.NodeFlusher: close(2) reports a pending write error.
+func (n *Node) Flush(ctx context.Context, f gofs.FileHandle) syscall.Errno {
+	if h, ok := f.(*handle); ok {
+		return h.writeErr()
+	}
+	return 0
+}
+
+// Release implements gofs.NodeReleaser.
+func (n *Node) Release(ctx context.Context, f gofs.FileHandle) syscall.Errno {
+	if _, ok := f.(*handle); ok {
+		n.fs.Store.Release(n.in)
+	}
+	return 0
+}
+
+// Allocate implements gofs.NodeAllocater (fallocate).
+func (n *Node) Allocate(ctx context.Context, f gofs.FileHandle, off uint64, size uint64, mode uint32) syscall.Errno {
+	return errno(n.fs.Store.Fallocate(n.in, int64(off), int64(size), mode))
+}
+
+// Lseek implements gofs.NodeLseeker (SEEK_DATA and SEEK_HOLE).
+func (n *Node) Lseek(ctx context.Context, f gofs.FileHandle, off uint64, whence uint32) (uint64, syscall.Errno) {
+	if whence != meta.SeekData && whence != meta.SeekHole {
+		return 0, syscall.EINVAL
+	}
+	o, err := n.fs.Store.Seek(n.in, int64(off), int(whence))
+	if err != nil {
+		return 0, errno(err)
+	}
+	return uint64(o), 0
+}

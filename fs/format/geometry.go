@@ -1,0 +1,96 @@
+package format
+
+import (
+	"crypto/rand"
+	"fmt"
+	"time"
+)
+
+// MkfsParams are the choices mkfs makes from a device size.
+type MkfsParams struct {
+	SizeBytes int64  // device size
+	BlockSize uint32 // 0: 4096
+	AGCount   uint32 // 0: like mkfs.xfs
+	Label     string
+}
+
+func clamp(v, lo, hi uint64) uint64 { return max(lo, min(v, hi)) }
+
+// NewSuper computes the geometry of a new filesystem.
+//
+// AG count: mkfs.xfs gives a single disk 4 AGs, and AGs of 1 TiB above
+// 4 TiB; AGs are never smaller than MinAGBytes. The metadata area gets
+// about 1/128 of the device for the journal (2 MiB..128 MiB) and 1/64 for
+// each checkpoint slot (2 MiB..512 MiB): the checkpoint must hold all
+// metadata, so it bounds the number of files.
+func NewSuper(p MkfsParams) (*Super, error) {
+	bs := p.BlockSize
+	if bs == 0 {
+		bs = 4096
+	}
+	if bs < 512 || bs > 65536 || bs&(bs-1) != 0 {
+		return nil, fmt.Errorf("block size %d: must be a power of two from 512 to 65536", bs)
+	}
+	total := uint64(p.SizeBytes) / uint64(bs)
+	size := total * uint64(bs)
+	const minSize = 32 << 20
+	if size < minSize {
+		return nil, fmt.Errorf("device of %d bytes is too small: streamfs needs at least %d MiB", p.SizeBytes, minSize>>20)
+	}
+	maxAGs := size / MinAGBytes
+	agc := uint64(p.AGCount)
+	if agc == 0 {
+		agc = 4
+		if size > 4<<40 {
+			agc = (size + (1 << 40) - 1) >> 40
+		}
+		agc = min(agc, maxAGs)
+	} else if agc > maxAGs {
+		return nil, fmt.Errorf("%d AGs of at least %d MiB do not fit in %d MiB (at most %d)", agc, MinAGBytes>>20, size>>20, maxAGs)
+	}
+	if agc > MaxAGCount {
+		return nil, fmt.Errorf("AG count %d above the maximum %d", agc, MaxAGCount)
+	}
+	agBlocks := (total + agc - 1) / agc
+	// The last AG must not be empty after rounding up.
+	for agc > 1 && (agc-1)*agBlocks >= total {
+		agc--
+		agBlocks = (total + agc - 1) / agc
+	}
+	mib := uint64(1<<20) / uint64(bs)
+	reserved := max(uint64(ReservedBytes)/uint64(bs), 1)
+	journal := clamp(total/128, 2*mib, 128*mib)
+	ckpt := clamp(total/64, 2*mib, 512*mib)
+	s := &Super{
+		Version:       Version,
+		BlockSize:     bs,
+		AGCount:       uint32(agc),
+		TotalBlocks:   total,
+		AGBlocks:      agBlocks,
+		CkptStart:     reserved,
+		CkptBlocks:    ckpt,
+		JournalStart:  reserved + 2*ckpt,
+		JournalBlocks: journal,
+		BackupBlock:   total - 1,
+		CTime:         time.Now().UnixNano(),
+	}
+	if len(p.Label) > len(s.Label) {
+		return nil, fmt.Errorf("label %q longer than %d bytes", p.Label, len(s.Label))
+	}
+	copy(s.Label[:], p.Label)
+	if _, err := rand.Read(s.UUID[:]); err != nil {
+		return nil, fmt.Errorf("uuid: %w", err)
+	}
+	if s.MetaEnd()+16 > s.BackupBlock {
+		return nil, fmt.Errorf("device too small for the metadata area")
+	}
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// UUIDString formats a uuid the usual way.
+func UUIDString(u [16]byte) string {
+	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+}

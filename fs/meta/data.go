@@ -1,0 +1,494 @@
+package meta
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/streamfs/streamfs/alloc"
+	"github.com/streamfs/streamfs/fs/format"
+)
+
+// MaxFileSize bounds file sizes (block numbers stay far from overflow).
+const MaxFileSize = 1 << 50
+
+// xattrCaps is removed on every write, as file_remove_privs does; with
+// FUSE_HANDLE_KILLPRIV_V2 the kernel leaves that to us.
+const xattrCaps = "security.capability"
+
+// Read reads into p at off and returns the byte count (short at EOF).
+func (s *Store) Read(in *Inode, p []byte, off int64) (int, error) {
+	in.mu.RLock()
+	defer in.mu.RUnlock()
+	if off < 0 {
+		return 0, syscall.EINVAL
+	}
+	size := int64(in.attr.Size)
+	if off >= size {
+		return 0, nil
+	}
+	if int64(len(p)) > size-off {
+		p = p[:size-off]
+	}
+	bs := int64(s.bs)
+	clear(p)
+	first := uint64(off / bs)
+	last := uint64((off + int64(len(p)) - 1) / bs)
+	var err error
+	in.ext.visit(first, last-first+1, func(e Extent) {
+		if err != nil || e.Unwritten() {
+			return
+		}
+		// Intersect the extent's bytes with the request.
+		lo := max(int64(e.LBlk)*bs, off)
+		hi := min(int64(e.End())*bs, off+int64(len(p)))
+		dev := int64(e.PBlk)*bs + (lo - int64(e.LBlk)*bs)
+		if rerr := s.dev.ReadAt(p[lo-off:hi-off], dev); rerr != nil {
+			err = fmt.Errorf("reading inode %d at %d: %w", in.attr.Ino, lo, rerr)
+		}
+	})
+	if err != nil {
+		s.stats.dataErrors.Add(1)
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// WriteOpts carries who writes.
+type WriteOpts struct {
+	KillSUID bool // caller lacks CAP_FSETID: clear setuid/setgid
+}
+
+// Write writes p at off, allocating holes. It returns the bytes written.
+func (s *Store) Write(in *Inode, p []byte, off int64, o WriteOpts) (int, error) {
+	if err := s.writable(); err != nil {
+		return 0, err
+	}
+	if off < 0 || off+int64(len(p)) > MaxFileSize {
+		return 0, syscall.EFBIG
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.freed {
+		return 0, syscall.ENOENT
+	}
+	if !in.IsReg() {
+		return 0, syscall.EINVAL
+	}
+	n, err := s.writeLocked(in, p, off)
+	if n > 0 {
+		s.opLock.RLock()
+		end := uint64(off) + uint64(n)
+		if end > in.attr.Size {
+			in.attr.Size = end
+		}
+		t := now()
+		in.attr.Mtime, in.attr.Ctime = t, t
+		s.killPrivLocked(in, o.KillSUID)
+		s.markDirtyLocked(in)
+		s.opLock.RUnlock()
+		s.addStreamBytes(in.attr.Stream, uint64(n))
+	}
+	return n, err
+}
+
+// killPrivLocked drops setuid/setgid and file capabilities after a write.
+// in.mu and opLock (shared) are held.
+func (s *Store) killPrivLocked(in *Inode, killSUID bool) {
+	if killSUID && in.attr.Mode&(syscall.S_ISUID|syscall.S_ISGID) != 0 {
+		in.attr.Mode &^= syscall.S_ISUID
+		if in.attr.Mode&0o010 != 0 {
+			in.attr.Mode &^= syscall.S_ISGID
+		}
+	}
+	if _, ok := in.xattr[xattrCaps]; ok {
+		delete(in.xattr, xattrCaps)
+		var e format.Encoder
+		e.XattrDel(in.attr.Ino, xattrCaps)
+		e.Inode(&in.attr)
+		s.j.append(e.Buf, nil)
+	}
+}
+
+func (s *Store) addStreamBytes(stream uint32, n uint64) {
+	v, ok := s.stats.streamBytes.Load(stream)
+	if !ok {
+		v, _ = s.stats.streamBytes.LoadOrStore(stream, new(atomic.Uint64))
+	}
+	v.(*atomic.Uint64).Add(n)
+}
+
+// segment is a piece of a write: a mapped extent piece or a hole.
+type segment struct {
+	lblk, n uint64
+	ext     Extent
+	mapped  bool
+}
+
+// segments splits file blocks [first, first+n) into mapped pieces and holes.
+func (m *extentMap) segments(first, n uint64) []segment {
+	var out []segment
+	cur := first
+	m.visit(first, n, func(e Extent) {
+		if e.LBlk > cur {
+			out = append(out, segment{lblk: cur, n: e.LBlk - cur})
+		}
+		out = append(out, segment{lblk: e.LBlk, n: e.Len, ext: e, mapped: true})
+		cur = e.End()
+	})
+	if cur < first+n {
+		out = append(out, segment{lblk: cur, n: first + n - cur})
+	}
+	return out
+}
+
+// writeLocked does the data part of a write. in.mu is held.
+func (s *Store) writeLocked(in *Inode, p []byte, off int64) (int, error) {
+	bs := int64(s.bs)
+	end := off + int64(len(p))
+	first := uint64(off / bs)
+	last := uint64((end - 1) / bs)
+	for _, seg := range in.ext.segments(first, last-first+1) {
+		segLo := max(int64(seg.lblk)*bs, off)
+		segHi := min(int64(seg.lblk+seg.n)*bs, end)
+		data := p[segLo-off : segHi-off]
+		var err error
+		switch {
+		case seg.mapped && !seg.ext.Unwritten():
+			dev := int64(seg.ext.PBlk)*bs + segLo - int64(seg.lblk)*bs
+			err = s.dev.WriteAt(data, dev, in.attr.Stream)
+			if err != nil {
+				err = s.dataError(in, err)
+			}
+		case seg.mapped:
+			err = s.fillUnwritten(in, seg, data, segLo)
+		default:
+			err = s.fillHole(in, seg, data, segLo)
+		}
+		if err != nil {
+			// Report the bytes before this segment as written.
+			if done := int(segLo - off); done > 0 {
+				return done, nil
+			}
+			return 0, err
+		}
+	}
+	return len(p), nil
+}
+
+// dataError counts a failed data write so each open file sees it once.
+func (s *Store) dataError(in *Inode, err error) error {
+	s.stats.dataErrors.Add(1)
+	s.opLock.RLock()
+	in.wbGen++
+	s.opLock.RUnlock()
+	s.log.Warn("data write failed", zapErr(err))
+	return syscall.EIO
+}
+
+// blockBuf builds whole blocks [lblk, lblk+n) holding data at byte offset
+// at, zero elsewhere: fresh blocks must never expose what was there before.
+func (s *Store) blockBuf(lblk, n uint64, data []byte, at int64) []byte {
+	buf := make([]byte, n*s.bs)
+	copy(buf[at-int64(lblk*s.bs):], data)
+	return buf
+}
+
+// fillUnwritten writes into a preallocated extent piece and converts the
+// written blocks.
+func (s *Store) fillUnwritten(in *Inode, seg segment, data []byte, at int64) error {
+	bs := int64(s.bs)
+	lo := uint64(at / bs)
+	hi := uint64((at + int64(len(data)) + bs - 1) / bs)
+	pblk := seg.ext.PBlk + (lo - seg.lblk)
+	buf := s.blockBuf(lo, hi-lo, data, at)
+	if err := s.dev.WriteAt(buf, int64(pblk)*bs, in.attr.Stream); err != nil {
+		return s.dataError(in, err)
+	}
+	x := Extent{LBlk: lo, Len: hi - lo, PBlk: pblk, Stream: in.attr.Stream}
+	s.mapLocked(in, x, nil)
+	return nil
+}
+
+// fillHole allocates blocks for a hole piece, writes them and maps them.
+func (s *Store) fillHole(in *Inode, seg segment, data []byte, at int64) error {
+	bs := int64(s.bs)
+	lo := uint64(at / bs)
+	hi := uint64((at + int64(len(data)) + bs - 1) / bs)
+	for lo < hi {
+		x, err := s.allocLocked(in, lo, hi-lo, 0)
+		if err != nil {
+			return err
+		}
+		chunkLo := max(int64(lo)*bs, at)
+		chunkHi := min(int64(lo+x.Len)*bs, at+int64(len(data)))
+		buf := s.blockBuf(lo, x.Len, data[chunkLo-at:chunkHi-at], chunkLo)
+		if err := s.dev.WriteAt(buf, int64(x.PBlk)*bs, in.attr.Stream); err != nil {
+			// The blocks were never mapped: they can go back at once.
+			_ = s.alloc.Free(x.PBlk, x.Len)
+			return s.dataError(in, err)
+		}
+		s.mapLocked(in, x, nil)
+		lo += x.Len
+	}
+	return nil
+}
+
+// allocLocked allocates up to n blocks for file block lblk, next to the
+// file's previous extent when possible. On ENOSPC it commits the journal
+// (freed blocks become usable) and retries once, as ext4 and XFS do.
+func (s *Store) allocLocked(in *Inode, lblk, n uint64, flags uint32) (Extent, error) {
+	req := alloc.Request{Ino: in.attr.Ino, Stream: in.attr.Stream, Len: n}
+	if prev, ok := in.ext.before(lblk); ok && prev.End() <= lblk {
+		req.Goal = prev.PBlk + prev.Len + (lblk - prev.End())
+	}
+	e, err := s.alloc.Alloc(req)
+	if errors.Is(err, alloc.ErrNoSpace) {
+		if serr := s.j.sync(); serr == nil {
+			e, err = s.alloc.Alloc(req)
+		}
+	}
+	if err != nil {
+		if errors.Is(err, alloc.ErrNoSpace) {
+			return Extent{}, syscall.ENOSPC
+		}
+		return Extent{}, fmt.Errorf("allocating for inode %d: %w", in.attr.Ino, err)
+	}
+	return Extent{LBlk: lblk, Len: e.Len, PBlk: e.Start, Flags: flags, Stream: in.attr.Stream}, nil
+}
+
+// mapLocked maps x in the file and journals it; blocks it replaces (and
+// extra) are freed after the commit. in.mu is held.
+func (s *Store) mapLocked(in *Inode, x Extent, extra []alloc.Extent) {
+	var e format.Encoder
+	s.opLock.RLock()
+	for _, o := range in.ext.set(x) {
+		extra = append(extra, alloc.Extent{Start: o.PBlk, Len: o.Len})
+	}
+	e.Map(in.attr.Ino, x.LBlk, x.Len, x.PBlk, x.Flags, x.Stream)
+	s.j.append(e.Buf, extra)
+	s.opLock.RUnlock()
+}
+
+// punchLocked makes file blocks [lblk, lblk+n) a hole. in.mu is held.
+func (s *Store) punchLocked(in *Inode, lblk, n uint64) {
+	if n == 0 {
+		return
+	}
+	var e format.Encoder
+	s.opLock.RLock()
+	var freed []alloc.Extent
+	for _, o := range in.ext.punch(lblk, n) {
+		freed = append(freed, alloc.Extent{Start: o.PBlk, Len: o.Len})
+	}
+	if len(freed) > 0 {
+		e.Punch(in.attr.Ino, lblk, n)
+		s.j.append(e.Buf, freed)
+	}
+	s.opLock.RUnlock()
+}
+
+// zeroRange writes zeros over bytes [lo, hi) that are mapped and written
+// (partial blocks at the edges of truncate, punch and zero-range).
+func (s *Store) zeroRange(in *Inode, lo, hi int64) error {
+	if hi <= lo {
+		return nil
+	}
+	bs := int64(s.bs)
+	first := uint64(lo / bs)
+	last := uint64((hi - 1) / bs)
+	var err error
+	in.ext.visit(first, last-first+1, func(x Extent) {
+		if err != nil || x.Unwritten() {
+			return
+		}
+		a := max(int64(x.LBlk)*bs, lo)
+		b := min(int64(x.End())*bs, hi)
+		dev := int64(x.PBlk)*bs + a - int64(x.LBlk)*bs
+		if werr := s.dev.WriteAt(make([]byte, b-a), dev, in.attr.Stream); werr != nil {
+			err = s.dataError(in, werr)
+		}
+	})
+	return err
+}
+
+// truncateLocked sets the size, freeing blocks past it. in.mu is held.
+func (s *Store) truncateLocked(in *Inode, size uint64) error {
+	if size > MaxFileSize {
+		return syscall.EFBIG
+	}
+	bs := s.bs
+	old := in.attr.Size
+	if size < old {
+		// Zero the tail of the last block so a later extension reads zeros.
+		if err := s.zeroRange(in, int64(size), int64(min(old, (size+bs-1)/bs*bs))); err != nil {
+			return err
+		}
+	}
+	keep := (size + bs - 1) / bs
+	if m := in.ext.ext; len(m) > 0 && m[len(m)-1].End() > keep && size < old {
+		s.punchLocked(in, keep, m[len(m)-1].End()-keep)
+	}
+	s.opLock.RLock()
+	in.attr.Size = size
+	t := now()
+	in.attr.Mtime, in.attr.Ctime = t, t
+	s.markDirtyLocked(in)
+	s.opLock.RUnlock()
+	return nil
+}
+
+// Fallocate modes (linux/falloc.h).
+const (
+	FallocKeepSize  = 0x01
+	FallocPunchHole = 0x02
+	FallocZeroRange = 0x10
+)
+
+// Fallocate preallocates, punches or zeroes [off, off+length).
+func (s *Store) Fallocate(in *Inode, off, length int64, mode uint32) error {
+	if err := s.writable(); err != nil {
+		return err
+	}
+	if off < 0 || length <= 0 {
+		return syscall.EINVAL
+	}
+	if off+length > MaxFileSize {
+		return syscall.EFBIG
+	}
+	if mode&^(FallocKeepSize|FallocPunchHole|FallocZeroRange) != 0 {
+		return syscall.EOPNOTSUPP
+	}
+	if mode&FallocPunchHole != 0 && (mode&FallocKeepSize == 0 || mode&FallocZeroRange != 0) {
+		return syscall.EINVAL
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.freed {
+		return syscall.ENOENT
+	}
+	if !in.IsReg() {
+		return syscall.ENODEV
+	}
+	bs := int64(s.bs)
+	end := off + length
+	// Whole blocks inside the range; partial edge blocks are zeroed in place.
+	full0 := uint64((off + bs - 1) / bs)
+	full1 := uint64(end / bs)
+	switch {
+	case mode&FallocPunchHole != 0:
+		size := int64(in.attr.Size)
+		if off >= size {
+			return nil
+		}
+		end = min(end, size)
+		full1 = uint64(end / bs)
+		if full1 > full0 {
+			if err := s.zeroRange(in, off, int64(full0)*bs); err != nil {
+				return err
+			}
+			if err := s.zeroRange(in, int64(full1)*bs, end); err != nil {
+				return err
+			}
+			s.punchLocked(in, full0, full1-full0)
+		} else if err := s.zeroRange(in, off, end); err != nil {
+			return err
+		}
+	case mode&FallocZeroRange != 0:
+		if full1 > full0 {
+			if err := s.zeroRange(in, off, int64(full0)*bs); err != nil {
+				return err
+			}
+			if err := s.zeroRange(in, int64(full1)*bs, end); err != nil {
+				return err
+			}
+			s.punchLocked(in, full0, full1-full0)
+		} else if err := s.zeroRange(in, off, end); err != nil {
+			return err
+		}
+		if err := s.preallocLocked(in, uint64(off/bs), uint64((end+bs-1)/bs)); err != nil {
+			return err
+		}
+	default:
+		if err := s.preallocLocked(in, uint64(off/bs), uint64((end+bs-1)/bs)); err != nil {
+			return err
+		}
+	}
+	s.opLock.RLock()
+	if mode&(FallocKeepSize|FallocPunchHole) == 0 && uint64(end) > in.attr.Size {
+		in.attr.Size = uint64(end)
+	}
+	in.attr.Ctime = now()
+	if mode&(FallocPunchHole|FallocZeroRange) != 0 {
+		in.attr.Mtime = in.attr.Ctime
+	}
+	s.markDirtyLocked(in)
+	s.opLock.RUnlock()
+	return nil
+}
+
+// preallocLocked maps every hole in file blocks [lo, hi) to unwritten
+// extents. in.mu is held.
+func (s *Store) preallocLocked(in *Inode, lo, hi uint64) error {
+	for _, seg := range in.ext.segments(lo, hi-lo) {
+		if seg.mapped {
+			continue
+		}
+		for b := seg.lblk; b < seg.lblk+seg.n; {
+			x, err := s.allocLocked(in, b, seg.lblk+seg.n-b, format.ExtUnwritten)
+			if err != nil {
+				return err
+			}
+			s.mapLocked(in, x, nil)
+			b += x.Len
+		}
+	}
+	return nil
+}
+
+// Seek whence values for data and holes.
+const (
+	SeekData = 3
+	SeekHole = 4
+)
+
+// Seek implements SEEK_DATA and SEEK_HOLE; unwritten extents are holes.
+func (s *Store) Seek(in *Inode, off int64, whence int) (int64, error) {
+	in.mu.RLock()
+	defer in.mu.RUnlock()
+	size := int64(in.attr.Size)
+	if off < 0 {
+		return 0, syscall.EINVAL
+	}
+	if off >= size {
+		return 0, syscall.ENXIO
+	}
+	bs := int64(s.bs)
+	blk := uint64(off / bs)
+	for _, x := range in.ext.ext {
+		if x.End() <= blk || x.Unwritten() {
+			continue
+		}
+		lo := int64(x.LBlk) * bs
+		if whence == SeekData {
+			if lo >= size {
+				break
+			}
+			return max(lo, off), nil
+		}
+		// SEEK_HOLE: off is inside data if this extent covers blk.
+		if x.LBlk <= blk {
+			blk = x.End()
+			continue
+		}
+		break
+	}
+	if whence == SeekData {
+		return 0, syscall.ENXIO
+	}
+	return min(max(int64(blk)*bs, off), size), nil
+}

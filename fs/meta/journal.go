@@ -1,0 +1,171 @@
+package meta
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/streamfs/streamfs/alloc"
+	"github.com/streamfs/streamfs/fs/format"
+)
+
+// journal is the write-ahead log. Operations append their records to the
+// open transaction under mu; a commit takes the whole open transaction and
+// writes it as one checksummed commit (group commit): every fsync waiting
+// at that moment is served by the same device flushes.
+//
+// A commit is: device Flush (the data the records point at is durable
+// first: durability rule 1), write the commit blocks, device Flush. Blocks
+// freed by a transaction go back to the allocator only after its commit is
+// durable (rule 2).
+type journal struct {
+	s *Store
+
+	mu          sync.Mutex // guards the fields up to commitMu; innermost lock
+	enc         format.Encoder
+	openTx      uint64         // sequence number the open transaction will commit as
+	pendingFree []alloc.Extent // blocks freed by the open transaction
+	ops         int            // records appended to the open transaction
+
+	commitMu sync.Mutex // serializes commits and checkpoints; guards the fields below
+	head     uint64     // journal block where the next commit goes
+	used     uint64     // journal blocks used since the last checkpoint
+	ckptSeq  uint64     // sequence of the newest durable checkpoint
+	ckptSlot int        // slot (0 or 1) holding it
+
+	committed  atomic.Uint64 // every transaction below this is durable
+	flushStart atomic.Uint64 // device flushes started
+	flushDone  atomic.Uint64 // value of flushStart of the last completed flush
+	failed     atomic.Bool   // a commit failed: the journal no longer accepts commits
+}
+
+// maxTxBytes bounds one transaction so a commit always fits in the journal.
+func (j *journal) maxTxBytes() int {
+	return int(j.s.sb.JournalBlocks*j.s.bs) / 4
+}
+
+// append adds one operation's records (already encoded in rec) to the open
+// transaction and the extents it frees. The caller holds Store.opLock shared.
+func (j *journal) append(rec []byte, freed []alloc.Extent) uint64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.enc.Buf = append(j.enc.Buf, rec...)
+	j.pendingFree = append(j.pendingFree, freed...)
+	j.ops++
+	return j.openTx
+}
+
+// big reports that the open transaction should be committed now.
+func (j *journal) big() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return len(j.enc.Buf) > j.maxTxBytes()
+}
+
+// sync makes every transaction appended so far durable, together with every
+// data write that completed before the call.
+func (j *journal) sync() error {
+	j.mu.Lock()
+	want := j.openTx
+	j.mu.Unlock()
+	started := j.flushStart.Load()
+	j.commitMu.Lock()
+	defer j.commitMu.Unlock()
+	if j.committed.Load() > want && j.flushDone.Load() > started {
+		return nil // a commit that began after us covered everything
+	}
+	return j.commitLocked()
+}
+
+func (j *journal) flush() error {
+	n := j.flushStart.Add(1)
+	if err := j.s.dev.Flush(); err != nil {
+		return fmt.Errorf("device flush: %w", err)
+	}
+	j.flushDone.Store(n)
+	return nil
+}
+
+// commitLocked commits the open transaction. j.commitMu is held.
+func (j *journal) commitLocked() error {
+	if j.failed.Load() {
+		return ErrJournalFailed
+	}
+	if j.s.readOnly {
+		return nil
+	}
+	j.mu.Lock()
+	payload := j.enc.Buf
+	tx := j.openTx
+	frees := j.pendingFree
+	j.enc.Buf = nil
+	j.pendingFree = nil
+	j.ops = 0
+	j.openTx++
+	j.mu.Unlock()
+
+	if err := j.flush(); err != nil {
+		return j.fail(err)
+	}
+	if len(payload) > 0 {
+		bs := j.s.bs
+		blocks := (uint64(len(payload))+bs-1)/bs + 1
+		pos := j.head
+		skip := uint64(0)
+		if pos+blocks > j.s.sb.JournalBlocks {
+			skip = j.s.sb.JournalBlocks - pos
+			pos = 0
+		}
+		if j.used+skip+blocks > j.s.sb.JournalBlocks {
+			// No room: a checkpoint contains this transaction and empties the journal.
+			if err := j.checkpointLocked(); err != nil {
+				return err
+			}
+			j.committed.Store(tx + 1)
+			j.release(frees)
+			return nil
+		}
+		hdr := format.JournalHeader{Seq: tx, Blocks: uint32(blocks), PayloadLen: uint32(len(payload)),
+			PayloadCRC: format.Checksum(payload), UUID: j.s.sb.UUID}
+		buf := make([]byte, blocks*bs)
+		copy(buf, hdr.Encode())
+		copy(buf[bs:], payload)
+		off := int64((j.s.sb.JournalStart + pos) * bs)
+		if err := j.s.dev.WriteAt(buf, off, 0); err != nil {
+			return j.fail(fmt.Errorf("journal write at block %d: %w", pos, err))
+		}
+		if err := j.flush(); err != nil {
+			return j.fail(err)
+		}
+		j.head = pos + blocks
+		j.used += skip + blocks
+	}
+	j.committed.Store(tx + 1)
+	j.release(frees)
+	if j.used > j.s.sb.JournalBlocks/2 {
+		return j.checkpointLocked()
+	}
+	return nil
+}
+
+// ErrJournalFailed means a metadata write failed: nothing more is committed.
+var ErrJournalFailed = errors.New("journal write failed earlier; filesystem is read-only until remounted")
+
+func (j *journal) fail(err error) error {
+	j.s.metaError(err)
+	return err
+}
+
+// release returns durably freed blocks to the allocator (and the device).
+func (j *journal) release(frees []alloc.Extent) {
+	for _, e := range frees {
+		// Discard before the blocks can be handed out again.
+		if j.s.opts.Discard {
+			_ = j.s.dev.Discard(int64(e.Start*j.s.bs), int64(e.Len*j.s.bs))
+		}
+		if err := j.s.alloc.Free(e.Start, e.Len); err != nil {
+			j.s.log.Error("freeing blocks failed: allocator and metadata disagree", zapErr(err))
+		}
+	}
+}

@@ -1,0 +1,410 @@
+// Package meta is the filesystem core below FUSE: inodes, directories,
+// extent maps and file data I/O, kept in memory and made durable by a
+// write-ahead journal and checkpoints (the on-disk format is package
+// format). The FUSE layer (package fs) translates requests into calls here.
+//
+// Lock order, outermost first:
+//
+//	Store.renameMu          cross-directory renames of directories
+//	Inode.mu                several at once in ascending inode number
+//	Store.opLock (shared)   every change to in-memory metadata
+//	journal.mu              appending to the open transaction
+//	inodeTable shard locks, Store.dirtyMu, allocator AG locks (leaves)
+//
+// journal.commitMu is taken with no inode lock and no opLock held; a
+// checkpoint takes opLock exclusively under commitMu to snapshot the state.
+package meta
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/streamfs/streamfs/alloc"
+	"github.com/streamfs/streamfs/backend"
+	"github.com/streamfs/streamfs/fs/format"
+)
+
+// Options are the mount-time choices.
+type Options struct {
+	ReadOnly       bool
+	Discard        bool          // discard freed blocks on the device
+	Policy         alloc.Policy  // placement policy
+	PlacementCache bool          // per-inode placement cache
+	CommitInterval time.Duration // periodic journal commit; 0: 5s
+	ErrorsContinue bool          // errors=continue instead of remount-ro
+	Logger         *zap.Logger
+}
+
+// Store is a mounted filesystem.
+type Store struct {
+	dev      backend.Device
+	sb       *format.Super
+	bs       uint64
+	alloc    *alloc.Allocator
+	log      *zap.Logger
+	opts     Options
+	readOnly bool
+
+	itab   *inodeTable
+	agNext []atomic.Uint32 // next agino per AG
+	rotor  atomic.Uint32   // AG of the next new directory
+
+	renameMu sync.Mutex   // see package doc
+	opLock   sync.RWMutex // see package doc
+	j        *journal
+
+	dirtyMu sync.Mutex // leaf; guards dirty
+	dirty   map[*Inode]struct{}
+
+	metaFull atomic.Bool // the last checkpoint filled 90% of a slot
+	roErr    atomic.Pointer[error]
+	stats    storeStats
+
+	stop   chan struct{}
+	stopWG sync.WaitGroup
+}
+
+type storeStats struct {
+	checkpoints atomic.Uint64
+	streamBytes sync.Map // uint32 → *atomic.Uint64 bytes written per stream
+	metaErrors  atomic.Uint64
+	dataErrors  atomic.Uint64
+}
+
+// ReadSuper reads the primary superblock, falling back to the backup copy
+// at the end of the device. usedBackup says the primary was bad.
+func ReadSuper(dev backend.Device) (sb *format.Super, usedBackup bool, err error) {
+	buf := make([]byte, format.SuperSize)
+	if err := dev.ReadAt(buf, 0); err != nil {
+		return nil, false, fmt.Errorf("reading superblock: %w", err)
+	}
+	sb, perr := format.DecodeSuper(buf)
+	if perr == nil {
+		if sb.TotalBlocks*uint64(sb.BlockSize) > uint64(dev.Size()) {
+			perr = fmt.Errorf("superblock says %d bytes, device has %d (truncated image?): %w",
+				sb.TotalBlocks*uint64(sb.BlockSize), dev.Size(), format.ErrCorrupt)
+		} else {
+			return sb, false, nil
+		}
+	}
+	if errors.Is(perr, format.ErrNewerFormat) {
+		return nil, false, perr
+	}
+	// The backup is the last block of the device, for whatever block size.
+	for bs := int64(65536); bs >= 512; bs /= 2 {
+		off := (dev.Size()/bs - 1) * bs
+		if off <= 0 {
+			continue
+		}
+		if err := dev.ReadAt(buf, off); err != nil {
+			continue
+		}
+		b, err := format.DecodeSuper(buf)
+		if err != nil || int64(b.BlockSize) != bs || b.TotalBlocks*uint64(bs) > uint64(dev.Size()) {
+			continue
+		}
+		return b, true, nil
+	}
+	if errors.Is(perr, format.ErrNotStreamfs) {
+		return nil, false, fmt.Errorf("no streamfs superblock (foreign or blank device; run streamfs mkfs): %w", perr)
+	}
+	return nil, false, fmt.Errorf("primary superblock unusable and no valid backup: %w", perr)
+}
+
+// WriteSuper writes the primary and backup superblocks and flushes.
+func WriteSuper(dev backend.Device, sb *format.Super) error {
+	b := make([]byte, sb.BlockSize)
+	copy(b, sb.Encode())
+	if err := dev.WriteAt(b, 0, 0); err != nil {
+		return fmt.Errorf("writing primary superblock: %w", err)
+	}
+	if err := dev.WriteAt(b, int64(sb.BackupBlock*uint64(sb.BlockSize)), 0); err != nil {
+		return fmt.Errorf("writing backup superblock: %w", err)
+	}
+	return dev.Flush()
+}
+
+// Open mounts the filesystem on dev: reads the superblock, loads the newest
+// checkpoint, replays the journal, rebuilds free space, reclaims orphans and
+// (unless read-only) writes a fresh checkpoint.
+func Open(dev backend.Device, opts Options) (*Store, error) {
+	log := opts.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	sb, backup, err := ReadSuper(dev)
+	if err != nil {
+		return nil, err
+	}
+	if backup {
+		log.Warn("primary superblock is corrupt; mounted from the backup copy (streamfs fsck -y rewrites it)")
+	}
+	ro := opts.ReadOnly
+	if sb.ReadOnlyOnly() && !ro {
+		return nil, fmt.Errorf("filesystem has read-only-compatible features %#x this build does not know: mount with -o ro", sb.ROCompat)
+	}
+	if opts.CommitInterval == 0 {
+		opts.CommitInterval = 5 * time.Second
+	}
+	s := &Store{
+		dev: dev, sb: sb, bs: uint64(sb.BlockSize), log: log, opts: opts, readOnly: ro,
+		itab:   newInodeTable(),
+		agNext: make([]atomic.Uint32, sb.AGCount),
+		dirty:  make(map[*Inode]struct{}),
+		stop:   make(chan struct{}),
+	}
+	s.j = &journal{s: s}
+	start := time.Now()
+	h, slot, payload, err := s.readCheckpoint()
+	if err != nil {
+		return nil, err
+	}
+	if err := format.DecodeRecords(payload, s.apply); err != nil {
+		return nil, fmt.Errorf("checkpoint %d: %w", h.Seq, err)
+	}
+	s.j.ckptSeq, s.j.ckptSlot = h.Seq, slot
+	commits, records, err := s.replay(h)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	a, err := alloc.New(alloc.Geometry{AGCount: sb.AGCount, AGBlocks: sb.AGBlocks, TotalBlocks: sb.TotalBlocks},
+		alloc.Options{Policy: opts.Policy, HWStreams: dev.MaxStreams(), PlacementCache: opts.PlacementCache})
+	if err != nil {
+		return nil, fmt.Errorf("allocator: %w", err)
+	}
+	s.alloc = a
+	if err := s.markUsed(); err != nil {
+		a.Close()
+		return nil, err
+	}
+	orphans := s.reclaimOrphans()
+	if !ro {
+		s.j.commitMu.Lock()
+		err := s.j.checkpointLocked()
+		s.j.commitMu.Unlock()
+		if err != nil {
+			a.Close()
+			return nil, fmt.Errorf("writing checkpoint after recovery: %w", err)
+		}
+	}
+	log.Info("mounted",
+		zap.String("uuid", format.UUIDString(sb.UUID)),
+		zap.Uint64("checkpoint", h.Seq),
+		zap.Int("replayed_commits", commits),
+		zap.Int("replayed_records", records),
+		zap.Int("orphans_reclaimed", orphans),
+		zap.Int("inodes", s.itab.count()),
+		zap.Bool("read_only", ro),
+		zap.Duration("took", time.Since(start)))
+	if !ro {
+		s.stopWG.Add(1)
+		go s.committer()
+	}
+	return s, nil
+}
+
+// check validates cross-record invariants after load and replay.
+func (s *Store) check() error {
+	root := s.itab.get(RootIno)
+	if root == nil || !root.IsDir() {
+		return fmt.Errorf("root directory missing: %w", format.ErrCorrupt)
+	}
+	for _, in := range s.itab.all() {
+		for name, ino := range in.dir {
+			if s.itab.get(ino) == nil {
+				return fmt.Errorf("directory %d entry %q points at missing inode %d (run streamfs fsck): %w",
+					in.attr.Ino, name, ino, format.ErrCorrupt)
+			}
+		}
+	}
+	return nil
+}
+
+// markUsed tells the allocator what metadata and files occupy.
+func (s *Store) markUsed() error {
+	if err := s.alloc.MarkUsed(0, s.sb.MetaEnd()); err != nil {
+		return fmt.Errorf("metadata area: %w", err)
+	}
+	if err := s.alloc.MarkUsed(s.sb.BackupBlock, s.sb.TotalBlocks-s.sb.BackupBlock); err != nil {
+		return fmt.Errorf("backup superblock: %w", err)
+	}
+	for _, in := range s.itab.all() {
+		for _, e := range in.ext.ext {
+			if err := s.alloc.MarkUsed(e.PBlk, e.Len); err != nil {
+				return fmt.Errorf("inode %d extent %d+%d at block %d overlaps other data (run streamfs fsck): %w",
+					in.attr.Ino, e.LBlk, e.Len, e.PBlk, format.ErrCorrupt)
+			}
+		}
+	}
+	return nil
+}
+
+// reclaimOrphans frees inodes left unlinked-but-open by a crash.
+func (s *Store) reclaimOrphans() int {
+	n := 0
+	for _, in := range s.itab.all() {
+		if in.attr.Nlink == 0 && in.attr.Ino != RootIno {
+			var freed []alloc.Extent
+			for _, e := range in.ext.ext {
+				freed = append(freed, alloc.Extent{Start: e.PBlk, Len: e.Len})
+			}
+			s.itab.del(in.attr.Ino)
+			if !s.readOnly {
+				for _, f := range freed {
+					_ = s.alloc.Free(f.Start, f.Len)
+				}
+			}
+			n++
+		}
+	}
+	return n
+}
+
+// committer commits the journal periodically: the kernel never forwards
+// syncfs, so this bounds what a crash loses without fsync.
+func (s *Store) committer() {
+	defer s.stopWG.Done()
+	t := time.NewTicker(s.opts.CommitInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			if err := s.SyncAll(); err != nil && !errors.Is(err, ErrJournalFailed) {
+				s.log.Error("periodic commit failed", zapErr(err))
+			}
+		}
+	}
+}
+
+// SyncAll journals every dirty inode and commits.
+func (s *Store) SyncAll() error {
+	if s.readOnly {
+		return nil
+	}
+	s.dirtyMu.Lock()
+	var ins []*Inode
+	for in := range s.dirty {
+		ins = append(ins, in)
+	}
+	s.dirtyMu.Unlock()
+	for _, in := range ins {
+		in.mu.Lock()
+		s.logDirtyLocked(in)
+		in.mu.Unlock()
+	}
+	return s.j.sync()
+}
+
+// Close flushes everything, writes a final checkpoint (nothing is left to
+// replay after a clean unmount) and releases the allocator. The device is
+// the caller's to close.
+func (s *Store) Close() error {
+	select {
+	case <-s.stop:
+		return nil
+	default:
+	}
+	close(s.stop)
+	s.stopWG.Wait()
+	var err error
+	if !s.readOnly && !s.j.failed.Load() {
+		if err = s.SyncAll(); err == nil {
+			s.j.commitMu.Lock()
+			err = s.j.checkpointLocked()
+			s.j.commitMu.Unlock()
+		}
+	}
+	s.alloc.Close()
+	if err != nil {
+		return fmt.Errorf("final checkpoint: %w", err)
+	}
+	s.log.Info("unmounted cleanly")
+	return nil
+}
+
+// metaError records a failed metadata write: the journal stops accepting
+// commits and the filesystem turns read-only (errors=remount-ro), so no
+// later commit can point at state that never reached the device.
+func (s *Store) metaError(err error) {
+	s.stats.metaErrors.Add(1)
+	if s.opts.ErrorsContinue {
+		s.log.Error("metadata write failed (errors=continue)", zapErr(err))
+		return
+	}
+	if s.j.failed.CompareAndSwap(false, true) {
+		e := err
+		s.roErr.Store(&e)
+		s.log.Error("metadata write failed: filesystem is now read-only; unmount and run streamfs fsck", zapErr(err))
+	}
+}
+
+// writable returns EROFS once the filesystem went read-only.
+func (s *Store) writable() error {
+	if s.readOnly || s.j.failed.Load() {
+		return syscall.EROFS
+	}
+	return nil
+}
+
+func zapErr(err error) zap.Field { return zap.Error(err) }
+
+// Super returns the superblock.
+func (s *Store) Super() *format.Super { return s.sb }
+
+// Allocator returns the block allocator.
+func (s *Store) Allocator() *alloc.Allocator { return s.alloc }
+
+// Device returns the backend device.
+func (s *Store) Device() backend.Device { return s.dev }
+
+// ReadOnly reports a read-only mount.
+func (s *Store) ReadOnly() bool { return s.readOnly || s.j.failed.Load() }
+
+// markDirtyLocked notes that in's attributes need journaling. in.mu held.
+func (s *Store) markDirtyLocked(in *Inode) {
+	if in.dirty {
+		return
+	}
+	in.dirty = true
+	s.dirtyMu.Lock()
+	s.dirty[in] = struct{}{}
+	s.dirtyMu.Unlock()
+}
+
+// logDirtyLocked journals in's attributes if they changed. in.mu held.
+func (s *Store) logDirtyLocked(in *Inode) {
+	if !in.dirty || in.freed {
+		return
+	}
+	var e format.Encoder
+	s.opLock.RLock()
+	e.Inode(&in.attr)
+	in.dirty = false
+	s.j.append(e.Buf, nil)
+	s.opLock.RUnlock()
+	s.dirtyMu.Lock()
+	delete(s.dirty, in)
+	s.dirtyMu.Unlock()
+}
+
+// clearDirty forgets dirty marks after a checkpoint captured them. opLock
+// is held exclusively.
+func (s *Store) clearDirty() {
+	s.dirtyMu.Lock()
+	for in := range s.dirty {
+		in.dirty = false
+	}
+	s.dirty = make(map[*Inode]struct{})
+	s.dirtyMu.Unlock()
+}

@@ -1,0 +1,298 @@
+// Package fs is the FUSE face of streamfs: go-fuse nodes that translate
+// requests into calls on the filesystem core (package meta) and turn its
+// errors into errno values. Nothing below this package knows about FUSE.
+package fs
+
+import (
+	"context"
+	"errors"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"go.uber.org/zap"
+
+	"github.com/streamfs/streamfs/fs/meta"
+)
+
+// FS is the state every node shares.
+type FS struct {
+	Store *meta.Store
+	Log   *zap.Logger
+	// PlacementCache is reported by stats.
+	PlacementCache bool
+}
+
+// Node is one file, directory or symlink.
+type Node struct {
+	gofs.Inode
+	fs *FS
+	in *meta.Inode
+}
+
+// One interface per capability, as go-fuse's own fs package does.
+var (
+	_ = (gofs.NodeGetattrer)((*Node)(nil))
+	_ = (gofs.NodeSetattrer)((*Node)(nil))
+	_ = (gofs.NodeLookuper)((*Node)(nil))
+	_ = (gofs.NodeReaddirer)((*Node)(nil))
+	_ = (gofs.NodeMkdirer)((*Node)(nil))
+	_ = (gofs.NodeMknoder)((*Node)(nil))
+	_ = (gofs.NodeCreater)((*Node)(nil))
+	_ = (gofs.NodeSymlinker)((*Node)(nil))
+	_ = (gofs.NodeReadlinker)((*Node)(nil))
+	_ = (gofs.NodeLinker)((*Node)(nil))
+	_ = (gofs.NodeUnlinker)((*Node)(nil))
+	_ = (gofs.NodeRmdirer)((*Node)(nil))
+	_ = (gofs.NodeRenamer)((*Node)(nil))
+	_ = (gofs.NodeOpener)((*Node)(nil))
+	_ = (gofs.NodeReader)((*Node)(nil))
+	_ = (gofs.NodeWriter)((*Node)(nil))
+	_ = (gofs.NodeFsyncer)((*Node)(nil))
+	_ = (gofs.NodeFlusher)((*Node)(nil))
+	_ = (gofs.NodeReleaser)((*Node)(nil))
+	_ = (gofs.NodeAllocater)((*Node)(nil))
+	_ = (gofs.NodeLseeker)((*Node)(nil))
+	_ = (gofs.NodeStatfser)((*Node)(nil))
+	_ = (gofs.NodeGetxattrer)((*Node)(nil))
+	_ = (gofs.NodeSetxattrer)((*Node)(nil))
+	_ = (gofs.NodeRemovexattrer)((*Node)(nil))
+	_ = (gofs.NodeListxattrer)((*Node)(nil))
+	_ = (gofs.NodeIoctler)((*Node)(nil))
+)
+
+// NewRoot returns the root node.
+func NewRoot(f *FS) *Node { return &Node{fs: f, in: f.Store.Root()} }
+
+// errno maps core errors to the errno FUSE returns.
+func errno(err error) syscall.Errno {
+	if err == nil {
+		return 0
+	}
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		return e
+	}
+	if errors.Is(err, meta.ErrJournalFailed) {
+		return syscall.EROFS
+	}
+	return syscall.EIO
+}
+
+func caller(ctx context.Context) (uid, gid uint32) {
+	if c, ok := ctx.(*fuse.Context); ok {
+		return c.Uid, c.Gid
+	}
+	return 0, 0
+}
+
+func fillAttr(f *FS, in *meta.Inode, out *fuse.Attr) {
+	a := in.Attr()
+	out.Ino = a.Ino
+	out.Size = a.Size
+	out.Blocks = in.Blocks() * uint64(f.Store.Super().BlockSize) / 512
+	out.Blksize = f.Store.Super().BlockSize
+	out.Mode = a.Mode
+	out.Nlink = a.Nlink
+	out.Uid, out.Gid = a.UID, a.GID
+	out.Rdev = a.Rdev
+	out.Atime, out.Atimensec = uint64(a.Atime/1e9), uint32(a.Atime%1e9)
+	out.Mtime, out.Mtimensec = uint64(a.Mtime/1e9), uint32(a.Mtime%1e9)
+	out.Ctime, out.Ctimensec = uint64(a.Ctime/1e9), uint32(a.Ctime%1e9)
+}
+
+func (n *Node) child(ctx context.Context, in *meta.Inode, out *fuse.EntryOut) *gofs.Inode {
+	fillAttr(n.fs, in, &out.Attr)
+	a := in.Attr()
+	return n.NewInode(ctx, &Node{fs: n.fs, in: in}, gofs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: a.Ino})
+}
+
+// Getattr implements gofs.NodeGetattrer.
+func (n *Node) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	fillAttr(n.fs, n.in, &out.Attr)
+	return 0
+}
+
+// Setattr implements gofs.NodeSetattrer.
+func (n *Node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	var a meta.SetAttr
+	if m, ok := in.GetMode(); ok {
+		a.Mode = &m
+	}
+	if u, ok := in.GetUID(); ok {
+		a.UID = &u
+	}
+	if g, ok := in.GetGID(); ok {
+		a.GID = &g
+	}
+	if sz, ok := in.GetSize(); ok {
+		a.Size = &sz
+	}
+	if t, ok := in.GetATime(); ok {
+		v := t.UnixNano()
+		a.Atime = &v
+	}
+	if t, ok := in.GetMTime(); ok {
+		v := t.UnixNano()
+		a.Mtime = &v
+	}
+	// With HANDLE_KILLPRIV_V2 the kernel asks us to drop setuid/setgid.
+	a.KillSUID = in.Valid&fuse.FATTR_KILL_SUIDGID != 0
+	if err := n.fs.Store.Setattr(n.in, a); err != nil {
+		return errno(err)
+	}
+	fillAttr(n.fs, n.in, &out.Attr)
+	return 0
+}
+
+// Lookup implements gofs.NodeLookuper.
+func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	in, err := n.fs.Store.Lookup(n.in, name)
+	if err != nil {
+		return nil, errno(err)
+	}
+	return n.child(ctx, in, out), 0
+}
+
+// Readdir implements gofs.NodeReaddirer.
+func (n *Node) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	ents, err := n.fs.Store.Readdir(n.in)
+	if err != nil {
+		return nil, errno(err)
+	}
+	list := make([]fuse.DirEntry, 0, len(ents))
+	for _, e := range ents {
+		list = append(list, fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: e.Mode})
+	}
+	return gofs.NewListDirStream(list), 0
+}
+
+func (n *Node) create(ctx context.Context, name string, ni meta.NewInode, out *fuse.EntryOut) (*gofs.Inode, *meta.Inode, syscall.Errno) {
+	ni.UID, ni.GID = caller(ctx)
+	in, err := n.fs.Store.Create(n.in, name, ni)
+	if err != nil {
+		return nil, nil, errno(err)
+	}
+	return n.child(ctx, in, out), in, 0
+}
+
+// Mkdir implements gofs.NodeMkdirer.
+func (n *Node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	ch, _, e := n.create(ctx, name, meta.NewInode{Mode: syscall.S_IFDIR | mode&0o7777}, out)
+	return ch, e
+}
+
+// Mknod implements gofs.NodeMknoder.
+func (n *Node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	ch, _, e := n.create(ctx, name, meta.NewInode{Mode: mode, Rdev: dev}, out)
+	return ch, e
+}
+
+// Symlink implements gofs.NodeSymlinker.
+func (n *Node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	ch, _, e := n.create(ctx, name, meta.NewInode{Mode: syscall.S_IFLNK | 0o777, Target: target}, out)
+	return ch, e
+}
+
+// Readlink implements gofs.NodeReadlinker.
+func (n *Node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	a := n.in.Attr()
+	if a.Mode&syscall.S_IFMT != syscall.S_IFLNK {
+		return nil, syscall.EINVAL
+	}
+	return []byte(a.Target), 0
+}
+
+// Create implements gofs.NodeCreater.
+func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	ch, in, e := n.create(ctx, name, meta.NewInode{Mode: syscall.S_IFREG | mode&0o7777}, out)
+	if e != 0 {
+		return nil, nil, 0, e
+	}
+	h, fl := n.fs.openHandle(in, flags)
+	return ch, h, fl, 0
+}
+
+// Link implements gofs.NodeLinker.
+func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	t, ok := target.(*Node)
+	if !ok {
+		return nil, syscall.EXDEV
+	}
+	if err := n.fs.Store.Link(n.in, name, t.in); err != nil {
+		return nil, errno(err)
+	}
+	return n.child(ctx, t.in, out), 0
+}
+
+// Unlink implements gofs.NodeUnlinker.
+func (n *Node) Unlink(ctx context.Context, name string) syscall.Errno {
+	return errno(n.fs.Store.Remove(n.in, name, false))
+}
+
+// Rmdir implements gofs.NodeRmdirer.
+func (n *Node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	return errno(n.fs.Store.Remove(n.in, name, true))
+}
+
+// Rename implements gofs.NodeRenamer (RENAME_NOREPLACE and RENAME_EXCHANGE too).
+func (n *Node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	np, ok := newParent.(*Node)
+	if !ok {
+		return syscall.EXDEV
+	}
+	return errno(n.fs.Store.Rename(n.in, name, np.in, newName, flags))
+}
+
+// Statfs implements gofs.NodeStatfser.
+func (n *Node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	st := n.fs.Store.Statfs()
+	out.Bsize = uint32(st.BlockSize)
+	out.Frsize = uint32(st.BlockSize)
+	out.Blocks = st.Blocks
+	out.Bfree = st.Free
+	out.Bavail = st.Free
+	out.Files = st.Files
+	out.Ffree = st.FilesFree
+	out.NameLen = st.NameLen
+	return 0
+}
+
+// Getxattr implements gofs.NodeGetxattrer.
+func (n *Node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	v, err := n.fs.Store.Getxattr(n.in, attr)
+	if err != nil {
+		return 0, errno(err)
+	}
+	if len(dest) < len(v) {
+		return uint32(len(v)), syscall.ERANGE
+	}
+	return uint32(copy(dest, v)), 0
+}
+
+// Setxattr implements gofs.NodeSetxattrer.
+func (n *Node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	return errno(n.fs.Store.Setxattr(n.in, attr, data, flags))
+}
+
+// Removexattr implements gofs.NodeRemovexattrer.
+func (n *Node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	return errno(n.fs.Store.Removexattr(n.in, attr))
+}
+
+// Listxattr implements gofs.NodeListxattrer.
+func (n *Node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	var b []byte
+	for _, name := range n.fs.Store.Listxattr(n.in) {
+		b = append(append(b, name...), 0)
+	}
+	if len(dest) < len(b) {
+		return uint32(len(b)), syscall.ERANGE
+	}
+	return uint32(copy(dest, b)), 0
+}
+
+// Timeouts: streamfs is the only writer of its device, so the kernel may
+// cache attributes and entries for a while.
+var cacheTimeout = time.Second

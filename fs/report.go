@@ -1,0 +1,86 @@
+package fs
+
+import (
+	"encoding/json"
+	"sort"
+
+	"github.com/streamfs/streamfs/alloc"
+	"github.com/streamfs/streamfs/fs/meta"
+)
+
+// BmapExtent is one row of `streamfs bmap --json`.
+type BmapExtent struct {
+	Offset    uint64 `json:"offset"` // bytes into the file
+	Length    uint64 `json:"length"` // bytes
+	Block     uint64 `json:"block"`  // filesystem block number
+	AG        uint32 `json:"ag"`
+	Stream    uint32 `json:"stream"` // stream the extent was written under
+	Unwritten bool   `json:"unwritten"`
+}
+
+// BmapDoc is the whole `streamfs bmap --json` document.
+type BmapDoc struct {
+	BlockSize uint32       `json:"block_size"`
+	Extents   []BmapExtent `json:"extents"`
+}
+
+// StreamStats describes one stream id in `streamfs stats`.
+type StreamStats struct {
+	Stream       uint32 `json:"stream"`
+	Files        uint64 `json:"files"`
+	BytesWritten uint64 `json:"bytes_written"`
+	Blocks       uint64 `json:"blocks_allocated"`
+}
+
+// StatsDoc is the `streamfs stats --json` document.
+type StatsDoc struct {
+	Policy         string          `json:"policy"`
+	MaxStreams     uint32          `json:"max_streams"`
+	HWStreams      uint32          `json:"hw_streams"`
+	Backend        string          `json:"backend"`
+	PlacementCache bool            `json:"placement_cache"`
+	CacheHits      uint64          `json:"cache_hits"`
+	CacheMisses    uint64          `json:"cache_misses"`
+	AGs            []alloc.AGStats `json:"ags"`
+	Streams        []StreamStats   `json:"streams"`
+}
+
+func bmapDoc(st *meta.Store, in *meta.Inode) ([]byte, error) {
+	bs := uint64(st.Super().BlockSize)
+	agBlocks := st.Super().AGBlocks
+	doc := BmapDoc{BlockSize: uint32(bs), Extents: []BmapExtent{}}
+	for _, e := range in.Extents() {
+		doc.Extents = append(doc.Extents, BmapExtent{
+			Offset: e.LBlk * bs, Length: e.Len * bs, Block: e.PBlk,
+			AG: uint32(e.PBlk / agBlocks), Stream: e.Stream, Unwritten: e.Unwritten(),
+		})
+	}
+	return json.Marshal(doc)
+}
+
+func statsDoc(f *FS) ([]byte, error) {
+	st := f.Store
+	as := st.Allocator().Stats()
+	doc := StatsDoc{
+		Policy: as.Policy, MaxStreams: as.MaxStreams, HWStreams: st.Device().MaxStreams(),
+		Backend: st.Device().Kind(), PlacementCache: f.PlacementCache,
+		CacheHits: as.CacheHits, CacheMisses: as.CacheMisses, AGs: as.AGs,
+	}
+	files := st.StreamFiles()
+	bytes := st.StreamBytes()
+	ids := map[uint32]bool{}
+	for k := range files {
+		ids[k] = true
+	}
+	for k := range bytes {
+		ids[k] = true
+	}
+	for k := range as.StreamBlocks {
+		ids[k] = true
+	}
+	for id := range ids {
+		doc.Streams = append(doc.Streams, StreamStats{Stream: id, Files: files[id], BytesWritten: bytes[id], Blocks: as.StreamBlocks[id]})
+	}
+	sort.Slice(doc.Streams, func(i, j int) bool { return doc.Streams[i].Stream < doc.Streams[j].Stream })
+	return json.Marshal(doc)
+}

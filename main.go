@@ -1,0 +1,13 @@
+// Command streamfs formats, mounts and inspects streamfs filesystems: a
+// FUSE filesystem that owns a whole device and keeps write streams apart.
+package main
+
+import (
+	"os"
+
+	"github.com/streamfs/streamfs/fs/cli"
+)
+
+func main() {
+	os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
+}
