@@ -74,7 +74,7 @@ func Mkfs(args []string, stdout, stderr io.Writer) int {
 	}
 	defer dev.Close()
 	if sig := meta.Signature(dev); sig != "" && !*force {
-		return fail(stderr, "mkfs", fmt.Errorf("%s contains a %s filesystem; use -f to overwrite it", path, sig))
+		return fail(stderr, "mkfs", fmt.Errorf("%s already contains a filesystem (%s); use -f to overwrite it", path, sig))
 	}
 	if st != nil && st.Mode().IsRegular() && sizeBytes != 0 && sizeBytes != st.Size() {
 		if !*force && st.Size() > 0 {

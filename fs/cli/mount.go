@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -178,9 +179,15 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 	}
 	log := newLogger(stderr, o.debug)
 	defer func() { _ = log.Sync() }()
-	if err := checkMountpoint(mnt); err != nil {
-		return err
+	// STREAMFS_CPUPROFILE=FILE profiles the daemon for benchmarks.
+	if p := os.Getenv("STREAMFS_CPUPROFILE"); p != "" {
+		if f, perr := os.Create(p); perr == nil {
+			if perr = pprof.StartCPUProfile(f); perr == nil {
+				defer func() { pprof.StopCPUProfile(); f.Close() }()
+			}
+		}
 	}
+	// The device first: "already mounted" explains more than a busy mount point.
 	dev, err := backend.Open(path, backend.OpenOptions{ReadOnly: o.ro, Kind: o.backend})
 	if err != nil {
 		if errors.Is(err, backend.ErrBusy) {
@@ -189,6 +196,9 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 		return err
 	}
 	defer dev.Close()
+	if err := checkMountpoint(mnt); err != nil {
+		return err
+	}
 	store, err := meta.Open(dev, meta.Options{
 		ReadOnly: o.ro, Discard: o.discard, Policy: o.placement, PlacementCache: o.cache,
 		CommitInterval: o.commit, ErrorsContinue: o.errorsContinue, Logger: log,

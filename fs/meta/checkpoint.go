@@ -110,7 +110,10 @@ func (s *Store) readCheckpoint() (*format.CkptHeader, int, []byte, error) {
 		}
 		h, err := format.DecodeCkptHeader(hb, s.sb.UUID, maxPayload)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("checkpoint slot %d: %w", slot, err))
+			// A slot never written since mkfs is blank, not corrupt.
+			if !allZero(hb[:format.CkptHeaderSize]) {
+				errs = append(errs, fmt.Errorf("checkpoint slot %d: %w", slot, err))
+			}
 			continue
 		}
 		if best != nil && h.Seq <= best.Seq {
@@ -306,4 +309,13 @@ func (s *Store) readCommit(seq, pos uint64) (*format.JournalHeader, []byte, uint
 		return h, payload, at, true
 	}
 	return nil, nil, 0, false
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
