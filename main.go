@@ -5,6 +5,8 @@ package main
 import (
 	"os"
 
+	// The NVMe passthrough backend registers itself with package backend.
+	_ "github.com/streamfs/streamfs/backend/nvme"
 	"github.com/streamfs/streamfs/fs/cli"
 )
 

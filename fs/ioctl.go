@@ -2,12 +2,10 @@ package fs
 
 import (
 	"context"
-	"encoding/json"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 
-	"github.com/streamfs/streamfs/fs/meta"
 	"github.com/streamfs/streamfs/ioctl"
 )
 
@@ -122,7 +120,7 @@ func (n *Node) query(input, output []byte) syscall.Errno {
 	case ioctl.QueryStats:
 		doc, err = statsDoc(n.fs)
 	case ioctl.QueryInfo:
-		doc, err = json.Marshal(n.fs.Store.Super().Info())
+		doc, err = infoDoc(n.fs.Store)
 	default:
 		return syscall.EINVAL
 	}
@@ -134,5 +132,3 @@ func (n *Node) query(input, output []byte) syscall.Errno {
 	}
 	return 0
 }
-
-var _ = meta.RootIno

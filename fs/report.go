@@ -5,8 +5,33 @@ import (
 	"sort"
 
 	"github.com/streamfs/streamfs/alloc"
+	"github.com/streamfs/streamfs/backend/nvme"
+	"github.com/streamfs/streamfs/fs/format"
 	"github.com/streamfs/streamfs/fs/meta"
 )
+
+// InfoDoc is `streamfs info --json`: the geometry, plus the device's FDP
+// configuration when it is an NVMe namespace.
+type InfoDoc struct {
+	format.Info
+	Backend string        `json:"backend,omitempty"`
+	FDP     *nvme.FDPInfo `json:"fdp,omitempty"`
+}
+
+// fdpDevice is what the NVMe backend offers beyond backend.Device.
+type fdpDevice interface {
+	FDPInfo() nvme.FDPInfo
+	FDPStats() (nvme.FDPStats, error)
+}
+
+func infoDoc(st *meta.Store) ([]byte, error) {
+	doc := InfoDoc{Info: st.Super().Info(), Backend: st.Device().Kind()}
+	if d, ok := st.Device().(fdpDevice); ok {
+		i := d.FDPInfo()
+		doc.FDP = &i
+	}
+	return json.Marshal(doc)
+}
 
 // BmapExtent is one row of `streamfs bmap --json`.
 type BmapExtent struct {
@@ -43,6 +68,8 @@ type StatsDoc struct {
 	CacheMisses    uint64          `json:"cache_misses"`
 	AGs            []alloc.AGStats `json:"ags"`
 	Streams        []StreamStats   `json:"streams"`
+	FDP            *nvme.FDPStats  `json:"fdp,omitempty"`
+	FDPError       string          `json:"fdp_error,omitempty"`
 }
 
 func bmapDoc(st *meta.Store, in *meta.Inode) ([]byte, error) {
@@ -82,5 +109,12 @@ func statsDoc(f *FS) ([]byte, error) {
 		doc.Streams = append(doc.Streams, StreamStats{Stream: id, Files: files[id], BytesWritten: bytes[id], Blocks: as.StreamBlocks[id]})
 	}
 	sort.Slice(doc.Streams, func(i, j int) bool { return doc.Streams[i].Stream < doc.Streams[j].Stream })
+	if d, ok := st.Device().(fdpDevice); ok {
+		if fs, err := d.FDPStats(); err != nil {
+			doc.FDPError = err.Error()
+		} else {
+			doc.FDP = &fs
+		}
+	}
 	return json.Marshal(doc)
 }

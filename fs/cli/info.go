@@ -7,7 +7,8 @@ import (
 	"os"
 
 	"github.com/streamfs/streamfs/backend"
-	"github.com/streamfs/streamfs/fs/format"
+	"github.com/streamfs/streamfs/backend/nvme"
+	sfs "github.com/streamfs/streamfs/fs"
 	"github.com/streamfs/streamfs/fs/meta"
 	"github.com/streamfs/streamfs/ioctl"
 )
@@ -39,8 +40,8 @@ func Info(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-func readInfo(path string) (format.Info, error) {
-	var info format.Info
+func readInfo(path string) (sfs.InfoDoc, error) {
+	var info sfs.InfoDoc
 	if isDir(path) {
 		fh, err := os.Open(path)
 		if err != nil {
@@ -66,16 +67,29 @@ func readInfo(path string) (format.Info, error) {
 	if backup {
 		fmt.Fprintf(os.Stderr, "streamfs info: %s: primary superblock is corrupt; showing the backup copy\n", path)
 	}
-	return sb.Info(), nil
+	info.Info = sb.Info()
+	// An NVMe namespace that is not mounted can show its FDP setup too.
+	if d, err := nvme.Open(path, true); err == nil {
+		fi := d.FDPInfo()
+		info.FDP = &fi
+		info.Backend = d.Kind()
+		d.Close()
+	}
+	return info, nil
 }
 
-func printInfo(w io.Writer, path string, i format.Info) {
+func printInfo(w io.Writer, path string, d sfs.InfoDoc) {
+	i := d.Info
 	fmt.Fprintf(w, "meta-data=%-22s uuid=%s label=%q\n", path, i.UUID, i.Label)
 	fmt.Fprintf(w, "         =%-22s agcount=%d, agsize=%d blks\n", "", i.AGCount, i.AGBlocks)
 	fmt.Fprintf(w, "data     =%-22s bsize=%d blocks=%d (%d MiB), first data block=%d\n", "", i.BlockSize, i.TotalBlocks, i.SizeBytes>>20, i.DataStart)
 	fmt.Fprintf(w, "log      =internal %-13s blocks=%d at %d\n", "", i.JournalBlocks, i.JournalStart)
 	fmt.Fprintf(w, "checkpt  =2 slots %-14s blocks=%d each at %d\n", "", i.CkptBlocks, i.CkptStart)
 	fmt.Fprintf(w, "backup   =superblock %-11s block=%d; version=%d features=%#x/%#x/%#x\n", "", i.BackupBlock, i.Version, i.Compat, i.ROCompat, i.Incompat)
+	if f := d.FDP; f != nil {
+		fmt.Fprintf(w, "fdp      =enabled=%v config=%d reclaim_groups=%d handles=%d ru_size=%d placement_ids=%v\n",
+			f.Enabled, f.ConfigIndex, f.ReclaimGroups, f.ReclaimUnitHandles, f.ReclaimUnitSize, f.PlacementIDs)
+	}
 }
 
 // rawDevice reads an image or device without locking it (info only).

@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/streamfs/streamfs/backend"
+	sfs "github.com/streamfs/streamfs/fs"
 	"github.com/streamfs/streamfs/fs/format"
 	"github.com/streamfs/streamfs/fs/meta"
 )
@@ -92,6 +93,6 @@ func Mkfs(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, "mkfs", err)
 	}
-	printInfo(stdout, path, sb.Info())
+	printInfo(stdout, path, sfs.InfoDoc{Info: sb.Info(), Backend: dev.Kind()})
 	return exitOK
 }

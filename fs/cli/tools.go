@@ -99,5 +99,15 @@ func Stats(args []string, stdout, stderr io.Writer) int {
 	for _, st := range s.Streams {
 		fmt.Fprintf(stdout, "%6d %10d %14d %12d\n", st.Stream, st.Files, st.BytesWritten, st.Blocks)
 	}
+	if s.FDPError != "" {
+		fmt.Fprintf(stdout, "fdp: %s\n", s.FDPError)
+	}
+	if f := s.FDP; f != nil {
+		fmt.Fprintf(stdout, "fdp: host_bytes_written=%d media_bytes_written=%d waf=%.3f\n", f.HostBytesWritten, f.MediaBytesWritten, f.WAF)
+		fmt.Fprintf(stdout, "%6s %6s %6s %16s\n", "PID", "RUHID", "STREAM", "AVAILABLE-BYTES")
+		for _, h := range f.Handles {
+			fmt.Fprintf(stdout, "%6d %6d %6d %16d\n", h.PID, h.RUHID, h.Stream, h.AvailableBytes)
+		}
+	}
 	return exitOK
 }

@@ -49,7 +49,15 @@ func (j *journal) checkpointLocked() error {
 	}
 	s.opLock.Lock()
 	payload := s.encodeState()
+	// The snapshot contains the open transaction's records: close that
+	// transaction here (its records are dropped, its frees wait for this
+	// checkpoint). Replaying it on top of the snapshot could fail: a record
+	// for an inode that a later record of the same transaction freed finds
+	// no inode.
 	j.mu.Lock()
+	frees := j.pendingFree
+	j.enc.Buf, j.pendingFree, j.ops = nil, nil, 0
+	j.openTx++
 	seq := j.openTx
 	j.mu.Unlock()
 	s.clearDirty()
@@ -89,6 +97,7 @@ func (j *journal) checkpointLocked() error {
 	if j.committed.Load() < seq {
 		j.committed.Store(seq)
 	}
+	j.release(frees)
 	s.stats.checkpoints.Add(1)
 	return nil
 }
@@ -243,10 +252,10 @@ func (s *Store) bumpAGNext(ino uint64) {
 	}
 }
 
-// replay applies the journal commits that follow the checkpoint. It returns
-// the number of commits and records applied and leaves the journal head
-// after the last good commit.
-func (s *Store) replay(h *format.CkptHeader) (commits, records int, err error) {
+// replay applies (with apply) the journal commits that follow the
+// checkpoint. It returns the number of commits and records applied and
+// leaves the journal head after the last good commit.
+func (s *Store) replay(h *format.CkptHeader, apply func(*format.Record) error) (commits, records int, err error) {
 	j := s.j
 	seq, pos := h.JournalSeq, h.JournalPos
 	if pos >= s.sb.JournalBlocks {
@@ -263,7 +272,7 @@ func (s *Store) replay(h *format.CkptHeader) (commits, records int, err error) {
 		}
 		if err := format.DecodeRecords(payload, func(r *format.Record) error {
 			records++
-			return s.apply(r)
+			return apply(r)
 		}); err != nil {
 			return commits, records, fmt.Errorf("journal commit %d: %w", seq, err)
 		}

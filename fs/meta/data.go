@@ -79,6 +79,9 @@ func (s *Store) Write(in *Inode, p []byte, off int64, o WriteOpts) (int, error) 
 	if !in.IsReg() {
 		return 0, syscall.EINVAL
 	}
+	if err := s.clearPastEOFLocked(in, in.attr.Size, uint64(off)); err != nil {
+		return 0, err
+	}
 	n, err := s.writeLocked(in, p, off)
 	if n > 0 {
 		s.opLock.RLock()
@@ -316,6 +319,41 @@ func (s *Store) zeroRange(in *Inode, lo, hi int64) error {
 	return err
 }
 
+// clearPastEOFLocked makes bytes [lo, hi) past EOF (lo is the size) read
+// as zeros before the size grows over them, as XFS's xfs_zero_eof does. In
+// normal operation they already are, but a crash can leave written data
+// there: a commit can make a write's extents durable before the size that
+// covers them (sizes are journaled lazily), and an in-place write past EOF
+// can land without its size. The partial blocks at the edges are zeroed in
+// place; written extents of the whole blocks between are punched
+// (unwritten ones read as zeros anyway). in.mu is held.
+func (s *Store) clearPastEOFLocked(in *Inode, lo, hi uint64) error {
+	if hi <= lo {
+		return nil
+	}
+	bs := s.bs
+	first, last := (lo+bs-1)/bs, hi/bs // whole blocks [first, last)
+	if first >= last {
+		return s.zeroRange(in, int64(lo), int64(hi))
+	}
+	if err := s.zeroRange(in, int64(lo), int64(first*bs)); err != nil {
+		return err
+	}
+	if err := s.zeroRange(in, int64(last*bs), int64(hi)); err != nil {
+		return err
+	}
+	var written []Extent
+	in.ext.visit(first, last-first, func(x Extent) {
+		if !x.Unwritten() {
+			written = append(written, x)
+		}
+	})
+	for _, x := range written {
+		s.punchLocked(in, x.LBlk, x.Len)
+	}
+	return nil
+}
+
 // truncateLocked sets the size, freeing blocks past it. in.mu is held.
 func (s *Store) truncateLocked(in *Inode, size uint64) error {
 	if size > MaxFileSize {
@@ -328,6 +366,9 @@ func (s *Store) truncateLocked(in *Inode, size uint64) error {
 		if err := s.zeroRange(in, int64(size), int64(min(old, (size+bs-1)/bs*bs))); err != nil {
 			return err
 		}
+	}
+	if err := s.clearPastEOFLocked(in, old, size); err != nil {
+		return err
 	}
 	keep := (size + bs - 1) / bs
 	if m := in.ext.ext; len(m) > 0 && m[len(m)-1].End() > keep && size < old {
@@ -376,6 +417,11 @@ func (s *Store) Fallocate(in *Inode, off, length int64, mode uint32) error {
 	}
 	bs := int64(s.bs)
 	end := off + length
+	if mode&(FallocKeepSize|FallocPunchHole) == 0 {
+		if err := s.clearPastEOFLocked(in, in.attr.Size, uint64(end)); err != nil {
+			return err
+		}
+	}
 	// Whole blocks inside the range; partial edge blocks are zeroed in place.
 	full0 := uint64((off + bs - 1) / bs)
 	full1 := uint64(end / bs)

@@ -96,6 +96,16 @@ func (j *journal) commitLocked() error {
 		return nil
 	}
 	j.mu.Lock()
+	if len(j.enc.Buf) == 0 {
+		// Nothing to log: only make completed data writes durable. The
+		// open transaction keeps its sequence number, since replay stops
+		// at the first gap in the sequence.
+		j.mu.Unlock()
+		if err := j.flush(); err != nil {
+			return j.fail(err)
+		}
+		return nil
+	}
 	payload := j.enc.Buf
 	tx := j.openTx
 	frees := j.pendingFree
@@ -122,7 +132,6 @@ func (j *journal) commitLocked() error {
 			if err := j.checkpointLocked(); err != nil {
 				return err
 			}
-			j.committed.Store(tx + 1)
 			j.release(frees)
 			return nil
 		}

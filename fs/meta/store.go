@@ -149,41 +149,20 @@ func Open(dev backend.Device, opts Options) (*Store, error) {
 	if sb.ReadOnlyOnly() && !ro {
 		return nil, fmt.Errorf("filesystem has read-only-compatible features %#x this build does not know: mount with -o ro", sb.ROCompat)
 	}
-	if opts.CommitInterval == 0 {
-		opts.CommitInterval = 5 * time.Second
-	}
-	s := &Store{
-		dev: dev, sb: sb, bs: uint64(sb.BlockSize), log: log, opts: opts, readOnly: ro,
-		itab:   newInodeTable(),
-		agNext: make([]atomic.Uint32, sb.AGCount),
-		dirty:  make(map[*Inode]struct{}),
-		stop:   make(chan struct{}),
-	}
-	s.j = &journal{s: s}
+	s := newStore(dev, sb, opts, ro)
 	start := time.Now()
-	h, slot, payload, err := s.readCheckpoint()
-	if err != nil {
-		return nil, err
-	}
-	if err := format.DecodeRecords(payload, s.apply); err != nil {
-		return nil, fmt.Errorf("checkpoint %d: %w", h.Seq, err)
-	}
-	s.j.ckptSeq, s.j.ckptSlot = h.Seq, slot
-	commits, records, err := s.replay(h)
+	h, commits, records, err := s.load(s.apply)
 	if err != nil {
 		return nil, err
 	}
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	a, err := alloc.New(alloc.Geometry{AGCount: sb.AGCount, AGBlocks: sb.AGBlocks, TotalBlocks: sb.TotalBlocks},
-		alloc.Options{Policy: opts.Policy, HWStreams: dev.MaxStreams(), PlacementCache: opts.PlacementCache})
-	if err != nil {
-		return nil, fmt.Errorf("allocator: %w", err)
+	if err := s.newAllocator(); err != nil {
+		return nil, err
 	}
-	s.alloc = a
 	if err := s.markUsed(); err != nil {
-		a.Close()
+		s.alloc.Close()
 		return nil, err
 	}
 	orphans := s.reclaimOrphans()
@@ -192,7 +171,7 @@ func Open(dev backend.Device, opts Options) (*Store, error) {
 		err := s.j.checkpointLocked()
 		s.j.commitMu.Unlock()
 		if err != nil {
-			a.Close()
+			s.alloc.Close()
 			return nil, fmt.Errorf("writing checkpoint after recovery: %w", err)
 		}
 	}
@@ -210,6 +189,56 @@ func Open(dev backend.Device, opts Options) (*Store, error) {
 		go s.committer()
 	}
 	return s, nil
+}
+
+// newStore builds an empty Store for sb: no state loaded, no allocator, no
+// committer (Open and fsck add those).
+func newStore(dev backend.Device, sb *format.Super, opts Options, ro bool) *Store {
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.CommitInterval == 0 {
+		opts.CommitInterval = 5 * time.Second
+	}
+	s := &Store{
+		dev: dev, sb: sb, bs: uint64(sb.BlockSize), log: opts.Logger, opts: opts, readOnly: ro,
+		itab:   newInodeTable(),
+		agNext: make([]atomic.Uint32, sb.AGCount),
+		dirty:  make(map[*Inode]struct{}),
+		stop:   make(chan struct{}),
+	}
+	s.j = &journal{s: s}
+	return s
+}
+
+// load reads the newest checkpoint and replays the journal after it,
+// passing every record to apply (s.apply for a mount; fsck passes one that
+// reports bad records and goes on).
+func (s *Store) load(apply func(*format.Record) error) (h *format.CkptHeader, commits, records int, err error) {
+	h, slot, payload, err := s.readCheckpoint()
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	if err := format.DecodeRecords(payload, apply); err != nil {
+		return nil, 0, 0, fmt.Errorf("checkpoint %d: %w", h.Seq, err)
+	}
+	s.j.ckptSeq, s.j.ckptSlot = h.Seq, slot
+	commits, records, err = s.replay(h, apply)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	return h, commits, records, nil
+}
+
+// newAllocator makes the (still all-free) block allocator.
+func (s *Store) newAllocator() error {
+	a, err := alloc.New(alloc.Geometry{AGCount: s.sb.AGCount, AGBlocks: s.sb.AGBlocks, TotalBlocks: s.sb.TotalBlocks},
+		alloc.Options{Policy: s.opts.Policy, HWStreams: s.dev.MaxStreams(), PlacementCache: s.opts.PlacementCache})
+	if err != nil {
+		return fmt.Errorf("allocator: %w", err)
+	}
+	s.alloc = a
+	return nil
 }
 
 // check validates cross-record invariants after load and replay.
