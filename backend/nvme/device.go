@@ -67,6 +67,10 @@ type Device struct {
 	// them shared, so neighbouring writers in one block cannot lose data.
 	stripes [lockStripes]sync.RWMutex
 	bounce  sync.Pool
+
+	// submitFn, when set, replaces the ioctl: unit tests drive the I/O
+	// paths against an in-memory controller through it.
+	submitFn func(admin bool, c *passthru64, buf []byte) (uint64, error)
 }
 
 var _ backend.Device = (*Device)(nil)
@@ -210,6 +214,9 @@ func withFd(f *os.File, fn func(fd int) error) error {
 
 // cmd runs one passthrough command on the device's node, retrying EINTR.
 func (d *Device) cmd(admin bool, c *passthru64, buf []byte) (uint64, error) {
+	if d.submitFn != nil {
+		return d.submitFn(admin, c, buf)
+	}
 	var res uint64
 	err := withFd(d.f, func(fd int) error {
 		for {

@@ -246,7 +246,10 @@ func (d *Device) Kind() string { return "nvme" }
 
 // Close releases the namespace, its lock and its block-node claim.
 func (d *Device) Close() error {
-	err := d.f.Close()
+	var err error
+	if d.f != nil {
+		err = d.f.Close()
+	}
 	if d.claim != nil {
 		if cerr := d.claim.Close(); err == nil {
 			err = cerr

@@ -27,6 +27,7 @@ commands:
   mkfs [--size SIZE] [--ag-count N] [--block-size 4096] [-L LABEL] [-f|--force] PATH
   mount [-o OPTIONS] PATH MOUNTPOINT
   info [--json] PATH|MOUNTPOINT
+  fsck [-n] [-y] PATH
   stream max|get|set PATH [ID]
   bmap [--json] FILE
   stats [--json] MOUNTPOINT
@@ -47,6 +48,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return MountCmd(rest, stdout, stderr)
 	case "info":
 		return Info(rest, stdout, stderr)
+	case "fsck":
+		return Fsck(rest, stdout, stderr)
 	case "stream":
 		return Stream(rest, stdout, stderr)
 	case "bmap":

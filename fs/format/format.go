@@ -238,8 +238,13 @@ func (s *Super) Validate() error {
 	if s.AGCount == 0 || s.AGCount > MaxAGCount {
 		return bad("AG count %d", s.AGCount)
 	}
-	if s.TotalBlocks == 0 || s.TotalBlocks > 1<<48 {
+	// Bounding every count by the device keeps the arithmetic below (and
+	// byte offsets, int64 everywhere) from overflowing.
+	if s.TotalBlocks == 0 || s.TotalBlocks > 1<<48 || s.TotalBlocks > (1<<62)/uint64(s.BlockSize) {
 		return bad("total blocks %d", s.TotalBlocks)
+	}
+	if s.AGBlocks > s.TotalBlocks || s.CkptStart > s.TotalBlocks || s.CkptBlocks > s.TotalBlocks || s.JournalBlocks > s.TotalBlocks {
+		return bad("metadata area beyond the device")
 	}
 	if s.AGBlocks == 0 || (uint64(s.AGCount)-1)*s.AGBlocks >= s.TotalBlocks || uint64(s.AGCount)*s.AGBlocks < s.TotalBlocks {
 		return bad("AG geometry %d x %d blocks for %d blocks", s.AGCount, s.AGBlocks, s.TotalBlocks)

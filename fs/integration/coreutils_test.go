@@ -2,6 +2,7 @@ package integration
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -183,6 +184,53 @@ func TestCoreutils(t *testing.T) {
 	copy(patched[10*4096:11*4096], make([]byte, 4096))
 	checkContent(t, d, patched)
 	runCmd(t, "dd", "if="+d, "of="+filepath.Join(t.TempDir(), "back"), "bs=1M", "iflag=direct", "status=none")
+
+	// cp of a sparse file (coreutils uses SEEK_DATA/SEEK_HOLE): same
+	// bytes, and the copy stays sparse.
+	sparse := m.path("sparse")
+	sf, err := os.Create(sparse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, off := range []int64{0, 5 << 20, 63<<20 + 100} {
+		if _, err := sf.WriteAt(randBytes(off, 4096), off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sf.Truncate(80 << 20); err != nil {
+		t.Fatal(err)
+	}
+	sf.Close()
+	sparseData, _ := os.ReadFile(sparse)
+	for _, dst := range []string{m.path("sparse.copy"), filepath.Join(t.TempDir(), "sparse.out")} {
+		runCmd(t, "cp", "--sparse=always", sparse, dst)
+		checkContent(t, dst, sparseData)
+		if st := lstatT(t, dst); st.Blocks*512 > 1<<20 {
+			t.Errorf("cp --sparse=always to %s: %d bytes allocated for 12 KiB of data", dst, st.Blocks*512)
+		}
+	}
+	if st := lstatT(t, sparse); st.Blocks*512 > 1<<20 {
+		t.Errorf("%s: %d bytes allocated for 12 KiB of data", sparse, st.Blocks*512)
+	}
+	runCmd(t, "rm", sparse, m.path("sparse.copy"))
+
+	// A directory with many entries: ls lists them all, rm -r removes them.
+	many := m.path("many")
+	if err := os.Mkdir(many, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const nMany = 3000
+	for i := 0; i < nMany; i++ {
+		f, err := os.Create(filepath.Join(many, fmt.Sprintf("entry-with-a-longer-name-%05d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	if n := len(strings.Fields(runCmd(t, "ls", many))); n != nMany {
+		t.Errorf("ls of a directory of %d files: %d names", nMany, n)
+	}
+	runCmd(t, "rm", "-r", many)
 
 	// ls sees every name
 	ls := runCmd(t, "ls", "-la", m.path("a"))

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"regexp"
@@ -61,7 +62,8 @@ func TestCrashFsync(t *testing.T) {
 	want["d/grown"] = grown
 
 	// A file renamed and then fsync'd, an fsync'd file truncated and
-	// fsync'd again.
+	// fsync'd again. The directory's fsync right after the file's commits
+	// nothing new: the commits after it must still replay.
 	writeFile(t, m.path("d", "tmp"), randBytes(3000, 5000), 0o644)
 	if err := os.Rename(m.path("d", "tmp"), m.path("d", "renamed")); err != nil {
 		t.Fatal(err)
@@ -77,6 +79,23 @@ func TestCrashFsync(t *testing.T) {
 	syncPath(t, m.path("d", "trunc"))
 	want["d/trunc"] = trunc[:7777]
 
+	// A hard link, a removal and a rename over an existing name, made
+	// durable by fsync of the directory.
+	if err := os.Link(m.path("d", "f0"), m.path("d", "f0.link")); err != nil {
+		t.Fatal(err)
+	}
+	want["d/f0.link"] = want["d/f0"]
+	if err := os.Remove(m.path("d", "f2")); err != nil {
+		t.Fatal(err)
+	}
+	delete(want, "d/f2")
+	writeFile(t, m.path("d", "new-f4"), randBytes(3002, 70000), 0o644)
+	if err := os.Rename(m.path("d", "new-f4"), m.path("d", "f4")); err != nil {
+		t.Fatal(err)
+	}
+	want["d/f4"] = randBytes(3002, 70000)
+	syncPath(t, m.path("d"))
+
 	// Data that was never fsync'd: no promise, but it must not break the
 	// replay.
 	if err := os.WriteFile(m.path("d", "unsynced"), randBytes(4000, 1<<20), 0o644); err != nil {
@@ -87,6 +106,14 @@ func TestCrashFsync(t *testing.T) {
 	m = mountAt(t, img, m.dir, "commit=3600")
 	for rel, data := range want {
 		checkContent(t, m.path(rel), data)
+	}
+	for _, gone := range []string{"d/f2", "d/new-f4", "d/tmp"} {
+		if _, err := os.Lstat(m.path(gone)); err == nil {
+			t.Errorf("%s is back after the crash", gone)
+		}
+	}
+	if st := lstatT(t, m.path("d", "f0")); st.Nlink != 2 {
+		t.Errorf("d/f0 has %d links after the crash, want 2", st.Nlink)
 	}
 	mounted := regexp.MustCompile(`"replayed_commits": (\d+)`).FindStringSubmatch(m.log.String())
 	if mounted == nil {
@@ -103,6 +130,72 @@ func TestCrashFsync(t *testing.T) {
 	// And it takes new data.
 	writeFile(t, m.path("d", "after"), randBytes(5000, 1<<20), 0o644)
 	checkContent(t, m.path("d", "after"), randBytes(5000, 1<<20))
+}
+
+// TestCrashJournalWrap crashes twice: once after enough fsync'd commits to
+// fill the journal several times over (checkpoints and wrap-around), and
+// again after a replay, with more commits appended to the replayed journal.
+func TestCrashJournalWrap(t *testing.T) {
+	requireEnv(t)
+	img := mkfs(t, "1G")
+	m := mountImage(t, img, "commit=3600")
+	info := streamfs(t, "info", "--json", img)
+	var sb struct {
+		JournalBlocks int `json:"journal_blocks"`
+	}
+	if err := json.Unmarshal([]byte(info), &sb); err != nil || sb.JournalBlocks == 0 {
+		t.Fatalf("info --json: %v\n%s", err, info)
+	}
+	// Each fsync'd create commits at least two journal blocks.
+	n := sb.JournalBlocks*3/4 + 100
+	if err := os.Mkdir(m.path("many"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	content := func(i int) []byte { return []byte(fmt.Sprintf("file %d\n", i)) }
+	for i := 0; i < n; i++ {
+		writeFile(t, m.path("many", strconv.Itoa(i)), content(i), 0o644)
+		if i%3 == 0 && i > 0 {
+			// Some removals too, so frees and reuse go through the journal.
+			if err := os.Remove(m.path("many", strconv.Itoa(i-1))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	syncPath(t, m.path("many"))
+	check := func(m *mount, n int) {
+		t.Helper()
+		for i := 0; i < n; i++ {
+			p := m.path("many", strconv.Itoa(i))
+			if i%3 == 2 && i+1 < n {
+				if _, err := os.Lstat(p); err == nil {
+					t.Errorf("%s was removed before the crash but is back", p)
+				}
+				continue
+			}
+			checkContent(t, p, content(i))
+		}
+	}
+	m.kill(t)
+	m = mountAt(t, img, m.dir, "commit=3600")
+	check(m, n)
+
+	// Second crash, right after the replay: the replayed journal must
+	// take new commits where the replay left off.
+	for i := n; i < n+300; i++ {
+		writeFile(t, m.path("many", strconv.Itoa(i)), content(i), 0o644)
+	}
+	big := randBytes(77, 3<<20)
+	writeFile(t, m.path("big"), big, 0o644)
+	m.kill(t)
+	m = mountAt(t, img, m.dir, "commit=3600")
+	check(m, n)
+	for i := n; i < n+300; i++ {
+		checkContent(t, m.path("many", strconv.Itoa(i)), content(i))
+	}
+	checkContent(t, m.path("big"), big)
+	m = m.remount(t)
+	checkContent(t, m.path("big"), big)
+	checkContent(t, m.path("many", strconv.Itoa(n+299)), content(n+299))
 }
 
 // syncPath opens path read-only and fsyncs it.

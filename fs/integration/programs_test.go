@@ -1,8 +1,12 @@
 package integration
 
 import (
+	"encoding/json"
 	"os"
+	"path/filepath"
 	"testing"
+
+	sfs "github.com/streamfs/streamfs/fs"
 )
 
 // TestCPrograms runs each C program of testdata against a directory of the
@@ -43,6 +47,32 @@ func TestFio(t *testing.T) {
 		"--verify=crc32c", "--ioengine=psync", "--direct=1", "--numjobs=2", "--verify_fatal=1"))
 	t.Log(runCmd(t, "fio", "--name=s", "--directory="+seq, "--size=128m", "--bs=256k", "--rw=write",
 		"--verify=crc32c", "--ioengine=psync", "--numjobs=2", "--end_fsync=1", "--verify_fatal=1"))
+	// libaio at depth 16, mixed reads and writes, in a directory with a
+	// stream: fio recreates its files, and they inherit the stream.
+	aio := m.path("aio")
+	if err := os.Mkdir(aio, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	streamfs(t, "stream", "set", aio, "2")
+	t.Log(runCmd(t, "fio", "--name=a", "--directory="+aio, "--size=32m", "--bs=4k", "--rw=randrw",
+		"--verify=crc32c", "--ioengine=libaio", "--iodepth=16", "--direct=1", "--numjobs=2", "--verify_fatal=1"))
+	names, err := filepath.Glob(filepath.Join(aio, "*"))
+	if err != nil || len(names) != 2 {
+		t.Fatalf("fio files in %s: %v %v", aio, names, err)
+	}
+	for _, p := range names {
+		var doc sfs.BmapDoc
+		if err := json.Unmarshal([]byte(streamfs(t, "bmap", "--json", p)), &doc); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range doc.Extents {
+			if e.Stream != 2 {
+				t.Errorf("%s: extent %+v not written under the directory's stream 2", p, e)
+				break
+			}
+		}
+	}
+
 	// A verify-only pass after a remount reads what the first job wrote.
 	m = m.remount(t)
 	t.Log(runCmd(t, "fio", "--name=s", "--directory="+seq, "--size=128m", "--bs=256k", "--rw=write",

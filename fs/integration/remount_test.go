@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -51,6 +52,15 @@ func TestRemountManifest(t *testing.T) {
 	setx(m.path("file0"), "user.empty", nil)
 	setx(m.path("file0"), "user.binary", randBytes(7, 3000))
 	setx(m.path("file1"), "user.x", []byte("y"))
+	if err := os.Mkdir(m.path("xdir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	setx(m.path("xdir"), "user.on.dir", []byte("dir value"))
+	setx(m.path("xdir"), "user.removed", []byte("gone"))
+	if err := unix.Removexattr(m.path("xdir"), "user.removed"); err != nil {
+		t.Fatal(err)
+	}
+	setx(m.path("file1"), "user.x", []byte("replaced"))
 
 	// Hard links within and across directories.
 	if err := os.Mkdir(m.path("links"), 0o750); err != nil {
@@ -121,6 +131,26 @@ func TestRemountManifest(t *testing.T) {
 	// And once more, after a remount that changed nothing.
 	m = m.remount(t)
 	compareMaps(t, "manifest after second remount", before, manifest(t, m.dir))
+
+	// Read-only: the same manifest, and every change fails with EROFS.
+	m.unmount(t)
+	m = mountAt(t, img, m.dir, "ro")
+	compareMaps(t, "manifest of a read-only mount", before, manifest(t, m.dir))
+	if err := os.WriteFile(m.path("new"), []byte("x"), 0o644); !errors.Is(err, syscall.EROFS) {
+		t.Errorf("creating a file on a read-only mount: %v, want EROFS", err)
+	}
+	if _, err := os.OpenFile(m.path("file0"), os.O_WRONLY, 0); !errors.Is(err, syscall.EROFS) {
+		t.Errorf("opening a file for writing on a read-only mount: %v, want EROFS", err)
+	}
+	if err := os.Remove(m.path("file0")); !errors.Is(err, syscall.EROFS) {
+		t.Errorf("unlink on a read-only mount: %v, want EROFS", err)
+	}
+	if err := unix.Setxattr(m.path("file0"), "user.new", []byte("v"), 0); !errors.Is(err, syscall.EROFS) {
+		t.Errorf("setxattr on a read-only mount: %v, want EROFS", err)
+	}
+	m.unmount(t)
+	m = mountAt(t, img, m.dir)
+	compareMaps(t, "manifest after the read-only mount", before, manifest(t, m.dir))
 }
 
 // manifest describes every entry under root: type, mode, owner, size,

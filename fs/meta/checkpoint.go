@@ -258,6 +258,9 @@ func (s *Store) bumpAGNext(ino uint64) {
 func (s *Store) replay(h *format.CkptHeader, apply func(*format.Record) error) (commits, records int, err error) {
 	j := s.j
 	seq, pos := h.JournalSeq, h.JournalPos
+	if pos == s.sb.JournalBlocks {
+		pos = 0 // written before commits ending at the journal's end wrapped the head
+	}
 	if pos >= s.sb.JournalBlocks {
 		return 0, 0, fmt.Errorf("checkpoint journal position %d beyond journal: %w", pos, format.ErrCorrupt)
 	}
@@ -278,6 +281,9 @@ func (s *Store) replay(h *format.CkptHeader, apply func(*format.Record) error) (
 		}
 		commits++
 		pos = at + uint64(hdr.Blocks)
+		if pos == s.sb.JournalBlocks {
+			pos = 0
+		}
 		used += uint64(hdr.Blocks)
 		seq++
 		if used >= s.sb.JournalBlocks {

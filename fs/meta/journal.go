@@ -148,6 +148,9 @@ func (j *journal) commitLocked() error {
 			return j.fail(err)
 		}
 		j.head = pos + blocks
+		if j.head == j.s.sb.JournalBlocks {
+			j.head = 0 // a checkpoint must never record a position past the end
+		}
 		j.used += skip + blocks
 	}
 	j.committed.Store(tx + 1)

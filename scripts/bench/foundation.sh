@@ -61,7 +61,10 @@ run_streamfs() { # ENGINE REP
 	local name=streamfs-$1-$2
 	mkfs_streamfs "$W/sfs.img" "$IMG_SIZE" "$SFS_AGS"
 	mount_streamfs "$W/sfs.img" "$W/sfs" "$SFS_OPTS" "$BENCH_OUT/$name.daemon.log"
+	local pid=${DAEMON_PID[$W/sfs]} t0
+	t0=$(cpu_ticks "$pid")
 	fio_job "$name" "$W/sfs" "$1"
+	CPU_US=$(cpu_us_per_write "$name" $(($(cpu_ticks "$pid") - t0)))
 	"$STREAMFS_BIN" stats --json "$W/sfs" >"$BENCH_OUT/$name.stats.json" || true
 	unmount "$W/sfs"
 	rm -f "$W/sfs.img"
@@ -72,6 +75,7 @@ run_xfs() { # ENGINE REP
 	mount_xfs "$W/xfs.img" "$IMG_SIZE" "$W/xfs" 16
 	mkdir -p "$W/xfs/data"
 	fio_job "$name" "$W/xfs/data" "$1"
+	CPU_US=-
 	umount_xfs "$W/xfs" "$W/xfs.img"
 }
 
@@ -80,22 +84,27 @@ run_loopback() { # ENGINE REP [BIN [flags]]
 	[ "$bin" = "$LOOPBACK_BIN" ] || name=loopbackpt-$1-$2
 	mount_xfs "$W/xfs.img" "$IMG_SIZE" "$W/xfs" 16
 	mount_loopback "$bin" "$W/xfs/lb" "$W/lb" "$BENCH_OUT/$name.daemon.log" "${@:4}"
+	local pid=${DAEMON_PID[$W/lb]} t0
+	t0=$(cpu_ticks "$pid")
 	fio_job "$name" "$W/lb" "$1"
+	CPU_US=$(cpu_us_per_write "$name" $(($(cpu_ticks "$pid") - t0)))
 	unmount "$W/lb"
 	umount_xfs "$W/xfs" "$W/xfs.img"
 }
 
 run_loopbackpt() { run_loopback "$1" "$2" "$STOCK_LOOPBACK_BIN" -q; }
 
-declare -A R=() # "target engine" -> space-separated IOPS of each repetition
+declare -A R=()  # "target engine" -> space-separated IOPS of each repetition
+declare -A CPU=() # "target engine" -> daemon CPU us/write of each repetition
 for rep in $(seq 1 "$REPEAT"); do
 	for eng in $ENGINES; do
 		# interleave targets so machine noise hits them alike
 		for t in $TARGETS; do
 			"run_$t" "$eng" "$rep"
 			v=$FIO_IOPS
-			log "$t $eng rep $rep: $v IOPS"
+			log "$t $eng rep $rep: $v IOPS, daemon CPU $CPU_US us/write"
 			R["$t $eng"]="${R["$t $eng"]:-} $v"
+			CPU["$t $eng"]="${CPU["$t $eng"]:-} $CPU_US"
 		done
 	done
 done
@@ -148,9 +157,12 @@ umount_xfs "$W/xfs" "$W/xfs.img"
 		p=-; [ "$LOOPBACK_PT" = 1 ] && p=$(median ${R["loopbackpt $eng"]})
 		printf '%-8s %10s %10s %10s %12s %14s %18s %17s\n' "$eng" "$s" "$x" "$l" "$p" \
 			"$(ratio "$s" "$x")" "$(ratio "$s" "$l")" "$(ratio "$s" "$p")"
-		if [ "$REPEAT" -gt 1 ]; then
-			for t in $TARGETS; do printf '   %-10s %-6s runs: %s\n' "$t" "$eng" "${R["$t $eng"]# }"; done
-		fi
+	done
+	echo "-- per run: IOPS / daemon CPU us per write (user+sys of the FUSE daemon during fio)"
+	for eng in $ENGINES; do
+		for t in $TARGETS; do
+			printf '   %-10s %-6s IOPS: %-24s CPU us/write: %s\n' "$t" "$eng" "${R["$t $eng"]# }" "${CPU["$t $eng"]# }"
+		done
 	done
 	echo
 	echo "== GETXATTR per write (dd $DD_COUNT x 4k oflag=direct, daemon debug log)"

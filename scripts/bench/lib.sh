@@ -22,6 +22,7 @@ BENCH_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 RUNTIME=${RUNTIME:-15}
 NJOBS=${NJOBS:-16}
 
+FIO_PID=    # the running fio (timeout) process
 MOUNTS=()   # mount points we mounted, in order
 LOOPS=()    # loop devices we attached
 declare -A DAEMON_PID=()  # mount point -> FUSE daemon pid
@@ -95,6 +96,11 @@ cleanup() {
 	local rc=$? i
 	set +e
 	trap - EXIT INT TERM
+	if [ -n "${FIO_PID:-}" ] && kill -0 "$FIO_PID" 2>/dev/null; then
+		log "stopping fio"
+		kill -TERM "$FIO_PID" 2>/dev/null
+		wait_pid "$FIO_PID" 20 || kill -KILL "$FIO_PID" 2>/dev/null
+	fi
 	for i in $(printf '%s\n' "${!MOUNTS[@]}" | sort -rn); do
 		unmount "${MOUNTS[$i]}"
 	done
@@ -230,8 +236,12 @@ run_fio() {
 	shift
 	out=$BENCH_OUT/$name.json
 	log "fio $name: $*"
+	# in the background, so a signal to this script is handled at once
 	timeout -k 15 $((RUNTIME + 120)) fio --output-format=json --output="$out" "$@" \
-		>"$BENCH_OUT/$name.fio.log" 2>&1 || rc=$?
+		>"$BENCH_OUT/$name.fio.log" 2>&1 &
+	FIO_PID=$!
+	wait "$FIO_PID" || rc=$?
+	FIO_PID=
 	if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
 		die "fio $name hung (timeout after $((RUNTIME + 120)) s); see $BENCH_OUT/$name.fio.log"
 	fi
@@ -248,6 +258,14 @@ run_fio() {
 # cpu_ticks PID: user+system clock ticks the process has used so far.
 cpu_ticks() {
 	awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0
+}
+
+# cpu_us_per_write NAME TICKS: daemon CPU microseconds per write of fio run NAME.
+cpu_us_per_write() {
+	local writes
+	writes=$(jq '[.jobs[].write.total_ios] | add' "$BENCH_OUT/$1.json")
+	awk -v t="$2" -v hz="$(getconf CLK_TCK)" -v w="$writes" \
+		'BEGIN { if (w > 0) printf "%.1f", t * 1e6 / hz / w; else print "-" }'
 }
 
 # ratio A B: A/B with 2 decimals ("-" if B is 0 or missing).

@@ -27,9 +27,9 @@ fail() {
 	finish FAIL
 }
 
-for m in $(cat /modules.order); do
+while read -r m; do
 	insmod "/lib/modules/$m" || fail "insmod $m"
-done
+done </modules.order
 i=0
 while [ ! -b /dev/nvme0n1 ] || [ ! -c /dev/ng0n1 ]; do
 	i=$((i + 1))
@@ -44,7 +44,9 @@ grep -iq 'FDPS.*Supported\|Flexible Data Placement Supported' /tmp/id-ctrl ||
 	grep -iE '\[19:19\].*0x1' /tmp/id-ctrl || fail "id-ctrl does not show FDP support"
 nvme fdp configs /dev/nvme0n1 -e 1 || fail "nvme fdp configs"
 nvme fdp status /dev/nvme0n1 || fail "nvme fdp status"
-nvme get-feature /dev/nvme0 -f 0x1d --cdw11=1 || fail "nvme get-feature 0x1d"
+# Endurance group 1; bit 0 of the value is FDP enabled.
+nvme get-feature /dev/nvme0 -f 0x1d --cdw11=1 | tee /tmp/fdp-feature || fail "nvme get-feature 0x1d"
+grep -qiE 'current value: *0x[0-9a-f]*[13579bdf]$' /tmp/fdp-feature || fail "FDP is not enabled"
 
 echo "guest: backend test"
 /bin/nvme-fdpvm.test -test.v -test.run 'TestVM' -test.count=1 || fail "backend VM test"
@@ -52,7 +54,7 @@ echo "STREAMFS-FDP-BACKEND: PASS"
 
 if [ "$(arg bench)" = 1 ]; then
 	echo "guest: throughput benchmark"
-	/bin/nvme-fdpvm.test -test.run '^$' -test.bench BenchmarkVMWrite -test.benchtime 3s ||
+	/bin/nvme-fdpvm.test -test.run '^$' -test.bench BenchmarkVMWrite -test.benchtime 3s -test.count "$(arg benchcount)" ||
 		fail "benchmark"
 fi
 

@@ -71,8 +71,9 @@ ensure_packages() {
 	command -v xz >/dev/null || need+=(xz-utils)
 	if ! qemu_has_fdp || [ ${#need[@]} -gt 0 ]; then
 		ensure_backports
-		# apt-cache finds nothing before the first update on a fresh machine.
-		[ -n "$(apt-cache policy qemu-system-x86 2>/dev/null | grep 'Candidate: [0-9]')" ] ||
+		# Package lists may predate the backports source (or be missing on
+		# a fresh machine, where apt-cache finds nothing).
+		apt-cache policy qemu-system-x86 2>/dev/null | grep -q bookworm-backports ||
 			apt-get update -q >/dev/null
 	fi
 	if [ ${#need[@]} -gt 0 ]; then
@@ -198,7 +199,8 @@ build_initramfs() {
 	local line
 	line=$(grep -E '^kernel/drivers/nvme/host/nvme\.ko[^:]*:' "$mdir/modules.dep") ||
 		die "nvme module not found in $kver"
-	local mods=(${line#*:})
+	local mods
+	read -r -a mods <<<"${line#*:}"
 	local i
 	for ((i = ${#mods[@]} - 1; i >= 0; i--)); do order+=("${mods[i]}"); done
 	order+=("${line%%:*}")
@@ -229,7 +231,7 @@ run_vm() {
 	local img="$work/fdp.img" console="$work/console.log"
 	rm -f "$img"
 	truncate -s 1G "$img" # fresh every run: the FDP state restarts too
-	local append="console=ttyS0 panic=-1 streamfs.bench=$bench streamfs.fs=$have_fs"
+	local append="console=ttyS0 panic=-1 streamfs.bench=$bench streamfs.benchcount=${STREAMFS_FDP_BENCH_COUNT:-1} streamfs.fs=$have_fs"
 	log "booting ($accel, timeout ${timeout_s}s); console in $console"
 	local t0 rc=0
 	t0=$(date +%s)

@@ -1,0 +1,83 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/streamfs/streamfs/backend"
+	"github.com/streamfs/streamfs/fs/meta"
+)
+
+const fsckUsage = "usage: streamfs fsck [-n] [-y] PATH"
+
+// Fsck implements `streamfs fsck [-n] [-y] PATH`. It checks an unmounted
+// device or image: -n (the default) only reports and opens the device
+// read-only; -y repairs what it can and writes a new checkpoint. The exit
+// status is e2fsck's: 0 clean, 1 errors corrected, 4 errors left
+// uncorrected, 8 operational error, 16 usage error.
+func Fsck(args []string, stdout, stderr io.Writer) int {
+	f := newFlags("fsck", stderr)
+	no := f.Bool("n", false, "check only: open the device read-only and change nothing (default)")
+	yes := f.Bool("y", false, "repair every problem that can be repaired")
+	kind := f.String("backend", "", "force a backend: file, block or nvme")
+	pos, err := parseFlags(f, args)
+	if err != nil {
+		return meta.FsckUsage
+	}
+	if len(pos) != 1 || (*no && *yes) {
+		fmt.Fprintln(stderr, fsckUsage)
+		if *no && *yes {
+			fmt.Fprintln(stderr, "streamfs fsck: -n and -y exclude each other")
+		}
+		return meta.FsckUsage
+	}
+	path := pos[0]
+	if isDir(path) {
+		fmt.Fprintf(stderr, "streamfs fsck: %s is a directory; give the device or image file\n", path)
+		return meta.FsckOperational
+	}
+	if mounted, _ := backend.IsMounted(path); mounted {
+		fmt.Fprintf(stderr, "streamfs fsck: %s is mounted; unmount it first\n", path)
+		return meta.FsckOperational
+	}
+	// The device's exclusive lock keeps a streamfs daemon out (ErrBusy).
+	dev, err := backend.Open(path, backend.OpenOptions{ReadOnly: !*yes, Kind: *kind})
+	if err != nil {
+		if errors.Is(err, backend.ErrBusy) {
+			fmt.Fprintf(stderr, "streamfs fsck: %s: %v\n", path, err)
+		} else {
+			fmt.Fprintf(stderr, "streamfs fsck: %v\n", err)
+		}
+		return meta.FsckOperational
+	}
+	defer dev.Close()
+	rep, err := meta.Fsck(dev, meta.FsckOptions{Repair: *yes})
+	if err != nil {
+		fmt.Fprintf(stderr, "streamfs fsck: %s: %v\n", path, err)
+		return meta.FsckOperational
+	}
+	for _, p := range rep.Problems {
+		fmt.Fprintf(stdout, "%s: %s\n", path, p)
+	}
+	for _, n := range rep.Notes {
+		fmt.Fprintf(stdout, "%s: note: %s\n", path, n)
+	}
+	fmt.Fprintf(stdout, "%s: checkpoint %d + %d journal commits; %d inodes (%d directories, %d files), %d blocks used, %d free\n",
+		path, rep.Checkpoint, rep.ReplayedCommits, rep.Inodes, rep.Dirs, rep.Files, rep.UsedBlocks, rep.FreeBlocks)
+	code := rep.ExitCode()
+	switch code {
+	case meta.FsckClean:
+		fmt.Fprintf(stdout, "%s: clean\n", path)
+	case meta.FsckCorrected:
+		fmt.Fprintf(stdout, "%s: %d errors corrected; filesystem modified\n", path, rep.Fixed)
+	default:
+		left := len(rep.Problems) - rep.Fixed
+		hint := ""
+		if !*yes {
+			hint = " (run streamfs fsck -y to repair)"
+		}
+		fmt.Fprintf(stdout, "%s: %d errors left uncorrected%s\n", path, left, hint)
+	}
+	return code
+}
