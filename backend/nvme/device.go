@@ -98,7 +98,12 @@ func Open(path string, ro bool) (*Device, error) {
 		return nil, err
 	}
 	d := &Device{f: f, claim: claim, path: path, ro: ro}
-	if err := d.identify(); err != nil {
+	nsid, err := withFdU32(f, namespaceID)
+	if err == nil {
+		d.nsid = nsid
+		err = d.identify()
+	}
+	if err != nil {
 		d.Close()
 		return nil, fmt.Errorf("device %s: %w", path, err)
 	}
@@ -267,14 +272,10 @@ func (d *Device) ruhStatus() ([]RUHStatus, error) {
 	}
 }
 
-// identify reads what the device needs from the controller: namespace
-// geometry, transfer limits and the FDP setup.
+// identify reads what the device needs from the controller about namespace
+// d.nsid: geometry, transfer limits and the FDP setup.
 func (d *Device) identify() error {
-	nsid, err := withFdU32(d.f, namespaceID)
-	if err != nil {
-		return err
-	}
-	d.nsid = nsid
+	nsid := d.nsid
 	buf := alignedBuf(identifySize)
 	if err := d.identifyCmd(cnsNamespace, nsid, buf); err != nil {
 		return err
@@ -393,9 +394,10 @@ func withFdU32(f *os.File, fn func(fd int) (uint32, error)) (uint32, error) {
 	return v, err
 }
 
-// kernelMaxTransfer reads the block queue's max_hw_sectors_kb: the kernel
-// refuses passthrough commands larger than that, whatever MDTS says. It
-// returns 0 when sysfs does not tell.
+// kernelMaxTransfer reads the limits the kernel puts on one passthrough
+// command, whatever MDTS says: max_hw_sectors_kb, and max_segments pages
+// (a page-aligned buffer takes at most one segment per page). It returns 0
+// when sysfs does not tell.
 func kernelMaxTransfer(path string) int64 {
 	base := path
 	if r, err := filepath.EvalSymlinks(path); err == nil {
@@ -405,15 +407,29 @@ func kernelMaxTransfer(path string) int64 {
 	if m := genericName.FindStringSubmatch(name); m != nil {
 		name = "nvme" + m[1] + "n" + m[2]
 	}
-	raw, err := os.ReadFile(filepath.Join("/sys/class/block", name, "queue/max_hw_sectors_kb"))
+	queue := filepath.Join("/sys/class/block", name, "queue")
+	limit := int64(0)
+	if kb := readSysInt(filepath.Join(queue, "max_hw_sectors_kb")); kb > 0 {
+		limit = kb << 10
+	}
+	if segs := readSysInt(filepath.Join(queue, "max_segments")); segs > 0 {
+		if limit == 0 || segs*pageSize < limit {
+			limit = segs * pageSize
+		}
+	}
+	return limit
+}
+
+func readSysInt(p string) int64 {
+	raw, err := os.ReadFile(p)
 	if err != nil {
 		return 0
 	}
-	kb, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
-	if err != nil || kb <= 0 {
+	v, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
+	if err != nil || v < 0 {
 		return 0
 	}
-	return kb << 10
+	return v
 }
 
 // alignedBuf returns n bytes starting at a page boundary, carved from a

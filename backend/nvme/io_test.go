@@ -24,6 +24,7 @@ type memNS struct {
 	data     []byte
 	writes   []placedWrite
 	dealloc  [][2]uint64 // {slba, nlb}
+	ctrl     *ctrlModel  // answers admin commands and RUH status when set
 }
 
 type placedWrite struct {
@@ -35,7 +36,13 @@ type placedWrite struct {
 
 func (m *memNS) submit(admin bool, c *passthru64, buf []byte) (uint64, error) {
 	if admin {
-		return 0, fmt.Errorf("unexpected admin opcode %#x", c.opcode)
+		if m.ctrl == nil {
+			return 0, fmt.Errorf("unexpected admin opcode %#x", c.opcode)
+		}
+		return m.ctrl.admin(c, buf)
+	}
+	if c.opcode == ioMgmtRecv && m.ctrl != nil {
+		return m.ctrl.mgmtRecv(c, buf)
 	}
 	if c.nsid != m.nsid {
 		return 0, fmt.Errorf("nsid %d, want %d", c.nsid, m.nsid)

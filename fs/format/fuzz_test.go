@@ -225,8 +225,13 @@ func TestHeadersRoundTripAndValidation(t *testing.T) {
 		"foreign":        func() error { _, err := DecodeJournalHeader(jh.Encode(), [16]byte{}, 4096, 100); return err },
 		"beyond journal": func() error { _, err := DecodeJournalHeader(jh.Encode(), uuid, 4096, 2); return err },
 		"blocks":         func() error { _, err := DecodeJournalHeader(jh.Encode(), uuid, 512, 100); return err },
-		"magic":          func() error { b := jh.Encode(); b[1] = 0; _, err := DecodeJournalHeader(b, uuid, 4096, 100); return err },
-		"checksum":       func() error { b := jh.Encode(); b[30]++; _, err := DecodeJournalHeader(b, uuid, 4096, 100); return err },
+		"magic": func() error {
+			b := jh.Encode()
+			b[1] = 0
+			_, err := DecodeJournalHeader(b, uuid, 4096, 100)
+			return err
+		},
+		"checksum": func() error { b := jh.Encode(); b[30]++; _, err := DecodeJournalHeader(b, uuid, 4096, 100); return err },
 	} {
 		if err := f(); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("journal header %s: %v", name, err)

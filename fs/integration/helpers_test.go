@@ -259,6 +259,8 @@ func (m *mount) unmount(t *testing.T) {
 	}
 	if m.waitErr != nil {
 		t.Errorf("streamfs mount exited with %v after umount; log:\n%s", m.waitErr, m.log.String())
+	} else if log := m.log.String(); strings.Contains(log, "\tERROR\t") || strings.Contains(log, "panic") {
+		t.Errorf("streamfs mount logged errors; log:\n%s", log)
 	}
 }
 

@@ -43,10 +43,10 @@ func TestFio(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	t.Log(runCmd(t, "fio", "--name=v", "--directory="+rnd, "--size=64m", "--bs=4k", "--rw=randwrite",
-		"--verify=crc32c", "--ioengine=psync", "--direct=1", "--numjobs=2", "--verify_fatal=1"))
-	t.Log(runCmd(t, "fio", "--name=s", "--directory="+seq, "--size=128m", "--bs=256k", "--rw=write",
-		"--verify=crc32c", "--ioengine=psync", "--numjobs=2", "--end_fsync=1", "--verify_fatal=1"))
+	runCmd(t, "fio", "--name=v", "--directory="+rnd, "--size=64m", "--bs=4k", "--rw=randwrite",
+		"--verify=crc32c", "--ioengine=psync", "--direct=1", "--numjobs=2", "--verify_fatal=1", "--verify_state_save=0")
+	runCmd(t, "fio", "--name=s", "--directory="+seq, "--size=128m", "--bs=256k", "--rw=write",
+		"--verify=crc32c", "--ioengine=psync", "--numjobs=2", "--end_fsync=1", "--verify_fatal=1", "--verify_state_save=0")
 	// libaio at depth 16, mixed reads and writes, in a directory with a
 	// stream: fio recreates its files, and they inherit the stream.
 	aio := m.path("aio")
@@ -54,8 +54,8 @@ func TestFio(t *testing.T) {
 		t.Fatal(err)
 	}
 	streamfs(t, "stream", "set", aio, "2")
-	t.Log(runCmd(t, "fio", "--name=a", "--directory="+aio, "--size=32m", "--bs=4k", "--rw=randrw",
-		"--verify=crc32c", "--ioengine=libaio", "--iodepth=16", "--direct=1", "--numjobs=2", "--verify_fatal=1"))
+	runCmd(t, "fio", "--name=a", "--directory="+aio, "--size=32m", "--bs=4k", "--rw=randrw",
+		"--verify=crc32c", "--ioengine=libaio", "--iodepth=16", "--direct=1", "--numjobs=2", "--verify_fatal=1", "--verify_state_save=0")
 	names, err := filepath.Glob(filepath.Join(aio, "*"))
 	if err != nil || len(names) != 2 {
 		t.Fatalf("fio files in %s: %v %v", aio, names, err)
@@ -75,6 +75,6 @@ func TestFio(t *testing.T) {
 
 	// A verify-only pass after a remount reads what the first job wrote.
 	m = m.remount(t)
-	t.Log(runCmd(t, "fio", "--name=s", "--directory="+seq, "--size=128m", "--bs=256k", "--rw=write",
-		"--verify=crc32c", "--ioengine=psync", "--numjobs=2", "--verify_only", "--verify_fatal=1"))
+	runCmd(t, "fio", "--name=s", "--directory="+seq, "--size=128m", "--bs=256k", "--rw=write",
+		"--verify=crc32c", "--ioengine=psync", "--numjobs=2", "--verify_only", "--verify_fatal=1", "--verify_state_save=0")
 }

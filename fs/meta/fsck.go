@@ -208,9 +208,9 @@ func (f *fsck) checkState() {
 		f.checkInode(in)
 	}
 	f.checkSpace()
+	f.checkAGs() // before the tree check may make lost+found
 	f.checkTree()
 	f.checkLinks()
-	f.checkAGs()
 	f.checkFree()
 	for _, in := range s.itab.all() {
 		f.rep.Inodes++
@@ -248,6 +248,7 @@ func (f *fsck) checkRoot() {
 	t := now()
 	s.itab.put(&Inode{attr: format.InodeRec{Ino: RootIno, Mode: syscall.S_IFDIR | 0o755, Nlink: 2,
 		Atime: t, Mtime: t, Ctime: t, Btime: t, Parent: RootIno}, dir: make(map[string]uint64)})
+	s.bumpAGNext(RootIno)
 }
 
 // moveInoRefs renames inode number from to to in every directory entry.
