@@ -42,20 +42,56 @@ func (d *Device) placement(stream uint32) (pid uint16, placed bool, err error) {
 	return d.pids[stream-1], true, nil
 }
 
+// maxInflight bounds the commands one large request keeps in flight: a
+// drive needs queue depth to reach its bandwidth, and a single ioctl waits
+// for its command to complete.
+const maxInflight = 4
+
 // xfer reads or writes whole blocks from buf at byte offset off, one command
-// per chunk.
+// per chunk, up to maxInflight chunks at a time.
 func (d *Device) xfer(op uint8, buf []byte, off int64, pid uint16, placed bool) error {
-	for len(buf) > 0 {
-		n := min(int64(len(buf)), d.chunk)
+	one := func(b []byte, off int64) error {
 		c := passthru64{opcode: op, nsid: d.nsid}
-		c.cdw10, c.cdw11, c.cdw12, c.cdw13 = rwCDW(uint64(off)>>d.lbaShift, uint32(n>>d.lbaShift), pid, placed)
-		if _, err := d.cmd(false, &c, buf[:n]); err != nil {
-			return fmt.Errorf("%s %d bytes at %d: %w", opName(op), n, off, err)
+		c.cdw10, c.cdw11, c.cdw12, c.cdw13 = rwCDW(uint64(off)>>d.lbaShift, uint32(int64(len(b))>>d.lbaShift), pid, placed)
+		if _, err := d.cmd(false, &c, b); err != nil {
+			return fmt.Errorf("%s %d bytes at %d: %w", opName(op), len(b), off, err)
 		}
-		buf = buf[n:]
-		off += n
+		return nil
 	}
-	return nil
+	if int64(len(buf)) <= d.chunk {
+		return one(buf, off)
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+		slots = make(chan struct{}, maxInflight)
+	)
+	for pos := int64(0); pos < int64(len(buf)); pos += d.chunk {
+		b := buf[pos:min(pos+d.chunk, int64(len(buf)))]
+		slots <- struct{}{}
+		mu.Lock()
+		failed := first != nil
+		mu.Unlock()
+		if failed {
+			<-slots
+			break
+		}
+		wg.Add(1)
+		go func(b []byte, off int64) {
+			defer wg.Done()
+			defer func() { <-slots }()
+			if err := one(b, off); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		}(b, off+pos)
+	}
+	wg.Wait()
+	return first
 }
 
 func opName(op uint8) string {

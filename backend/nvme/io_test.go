@@ -2,10 +2,12 @@ package nvme
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 
@@ -131,10 +133,12 @@ func TestWritePlacementDirective(t *testing.T) {
 	if err := d.WriteAt(p[:4096], 0, 0); err != nil {
 		t.Fatal(err)
 	}
+	// Chunks of one request go out concurrently: compare in LBA order.
 	want := []placedWrite{
-		{8, 16, true, 0x12}, {24, 16, true, 0x12}, {40, 16, true, 0x12}, {56, 2, true, 0x12},
 		{0, 1, false, 0},
+		{8, 16, true, 0x12}, {24, 16, true, 0x12}, {40, 16, true, 0x12}, {56, 2, true, 0x12},
 	}
+	slices.SortFunc(m.writes, func(a, b placedWrite) int { return cmp.Compare(a.slba, b.slba) })
 	if len(m.writes) != len(want) {
 		t.Fatalf("writes %+v, want %+v", m.writes, want)
 	}
@@ -263,5 +267,9 @@ func TestBadInput(t *testing.T) {
 	var se *StatusError
 	if err := d.WriteAt(make([]byte, 4096), 20<<12, 1); !errors.As(err, &se) || se.Status != 0x80 {
 		t.Errorf("out of range LBA: %v", err)
+	}
+	// Of a request split in concurrent chunks, the failing one is reported.
+	if err := d.WriteAt(alignedBuf(40<<10), 12<<12, 1); !errors.As(err, &se) || se.Status != 0x80 {
+		t.Errorf("chunked write past the namespace: %v", err)
 	}
 }

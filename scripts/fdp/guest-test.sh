@@ -9,8 +9,9 @@ set -u
 dev=${STREAMFS_TEST_DEV:-/dev/nvme0n1}
 mnt=/mnt/streamfs
 log=/tmp/streamfs-mount.log
-lba=4096
-ru_blocks=2048 # fdp.runs=8M in run.sh
+lba=$(sed -n 's/.*streamfs\.lba=\([0-9]*\).*/\1/p' /proc/cmdline)
+lba=${lba:-4096}
+ru_blocks=$((8388608 / lba)) # fdp.runs=8M in run.sh
 pid=
 
 fail() {

@@ -13,6 +13,7 @@
 #   STREAMFS_FDP_ACCEL    QEMU accelerator (tcg; kvm where /dev/kvm works)
 #   STREAMFS_FDP_TIMEOUT  seconds before the guest is killed (900)
 #   STREAMFS_FDP_BENCH    1: also run the 4k/128k write throughput benchmark
+#   STREAMFS_FDP_LBA      namespace block size, 512 or 4096 (4096)
 #   STREAMFS_FDP_FS       auto (run the filesystem test when the streamfs
 #                         CLI has mkfs), 1 (require it) or 0 (skip it)
 set -euo pipefail
@@ -24,6 +25,8 @@ accel=${STREAMFS_FDP_ACCEL:-tcg}
 timeout_s=${STREAMFS_FDP_TIMEOUT:-900}
 bench=${STREAMFS_FDP_BENCH:-0}
 fsmode=${STREAMFS_FDP_FS:-auto}
+lba=${STREAMFS_FDP_LBA:-4096}
+case $lba in 512 | 4096) ;; *) echo "fdp: STREAMFS_FDP_LBA must be 512 or 4096" >&2; exit 2 ;; esac
 
 log() { echo "fdp: $*" >&2; }
 die() {
@@ -231,7 +234,7 @@ run_vm() {
 	local img="$work/fdp.img" console="$work/console.log"
 	rm -f "$img"
 	truncate -s 1G "$img" # fresh every run: the FDP state restarts too
-	local append="console=ttyS0 panic=-1 streamfs.bench=$bench streamfs.benchcount=${STREAMFS_FDP_BENCH_COUNT:-1} streamfs.fs=$have_fs"
+	local append="console=ttyS0 panic=-1 streamfs.bench=$bench streamfs.benchcount=${STREAMFS_FDP_BENCH_COUNT:-1} streamfs.fs=$have_fs streamfs.lba=$lba"
 	log "booting ($accel, timeout ${timeout_s}s); console in $console"
 	local t0 rc=0
 	t0=$(date +%s)
@@ -241,7 +244,7 @@ run_vm() {
 		-device nvme-subsys,id=subsys0,nqn=subsys0,fdp=on,fdp.runs=8M,fdp.nrg=1,fdp.nruh=8 \
 		-device nvme,serial=deadbeef,subsys=subsys0 \
 		-drive file="$img",if=none,id=nvm,format=raw \
-		-device nvme-ns,drive=nvm,nsid=1,logical_block_size=4096,physical_block_size=4096,fdp.ruhs=0-7 \
+		-device nvme-ns,drive=nvm,nsid=1,logical_block_size=$lba,physical_block_size=$lba,fdp.ruhs=0-7 \
 		</dev/null >"$console" 2>&1 || rc=$?
 	vm_secs=$(($(date +%s) - t0))
 	# Console lines end in CR LF.
