@@ -40,11 +40,6 @@ type journal struct {
 	failed     atomic.Bool   // a commit failed: the journal no longer accepts commits
 }
 
-// maxTxBytes bounds one transaction so a commit always fits in the journal.
-func (j *journal) maxTxBytes() int {
-	return int(j.s.sb.JournalBlocks*j.s.bs) / 4
-}
-
 // append adds one operation's records (already encoded in rec) to the open
 // transaction and the extents it frees. The caller holds Store.opLock shared.
 func (j *journal) append(rec []byte, freed []alloc.Extent) uint64 {
@@ -54,13 +49,6 @@ func (j *journal) append(rec []byte, freed []alloc.Extent) uint64 {
 	j.pendingFree = append(j.pendingFree, freed...)
 	j.ops++
 	return j.openTx
-}
-
-// big reports that the open transaction should be committed now.
-func (j *journal) big() bool {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return len(j.enc.Buf) > j.maxTxBytes()
 }
 
 // sync makes every transaction appended so far durable, together with every
