@@ -320,7 +320,7 @@ func testBlock(t *testing.T, sector int) {
 	model := make([]byte, region)
 	check := func(t *testing.T) {
 		t.Helper()
-		got := alignedBuf(region)
+		got := AlignedBuf(region)
 		if err := b.ReadAt(got, 0); err != nil {
 			t.Fatal(err)
 		}
@@ -330,7 +330,7 @@ func testBlock(t *testing.T, sector int) {
 	}
 
 	t.Run("aligned", func(t *testing.T) {
-		buf := alignedBuf(256 << 10)
+		buf := AlignedBuf(256 << 10)
 		copy(buf, pattern(2, len(buf)))
 		off := int64(3 * sector)
 		if err := b.WriteAt(buf, off, 1); err != nil {
@@ -351,13 +351,13 @@ func testBlock(t *testing.T, sector int) {
 			{2*sector + 100, sector - 200, 0}, // inside one sector
 		}
 		for i, c := range cases {
-			buf := alignedBuf(c.n + c.memShift + memAlign)[c.memShift+1 : c.memShift+1+c.n]
+			buf := AlignedBuf(c.n + c.memShift + memAlign)[c.memShift+1 : c.memShift+1+c.n]
 			copy(buf, pattern(uint64(10+i), c.n))
 			if err := b.WriteAt(buf, int64(c.off), 0); err != nil {
 				t.Fatalf("case %d: %v", i, err)
 			}
 			copy(model[c.off:], buf)
-			got := alignedBuf(c.n + 1)[1:]
+			got := AlignedBuf(c.n + 1)[1:]
 			if err := b.ReadAt(got, int64(c.off)); err != nil {
 				t.Fatalf("case %d read: %v", i, err)
 			}
@@ -400,7 +400,7 @@ func testBlock(t *testing.T, sector int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			buf := alignedBuf(sector)
+			buf := AlignedBuf(sector)
 			off := base + 2*int64(sector)
 			for r := range rounds {
 				for i := range buf {

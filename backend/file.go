@@ -38,7 +38,7 @@ func OpenFile(path string, ro bool) (*File, error) {
 		f.Close()
 		return nil, fmt.Errorf("device %s: not a regular file (%s)", path, st.Mode().Type())
 	}
-	if err := lockExclusive(f, path); err != nil {
+	if err := LockExclusive(f, path); err != nil {
 		f.Close()
 		return nil, err
 	}
@@ -47,7 +47,7 @@ func OpenFile(path string, ro bool) (*File, error) {
 
 // ReadAt implements Device.
 func (d *File) ReadAt(p []byte, off int64) error {
-	if err := checkRange("read", off, int64(len(p)), d.size); err != nil {
+	if err := CheckRange("read", off, int64(len(p)), d.size); err != nil {
 		return fmt.Errorf("device %s: %w", d.path, err)
 	}
 	if err := preadFull(d.f, p, off); err != nil {
@@ -61,7 +61,7 @@ func (d *File) WriteAt(p []byte, off int64, _ uint32) error {
 	if d.ro {
 		return errReadOnly(d.path)
 	}
-	if err := checkRange("write", off, int64(len(p)), d.size); err != nil {
+	if err := CheckRange("write", off, int64(len(p)), d.size); err != nil {
 		return fmt.Errorf("device %s: %w", d.path, err)
 	}
 	if err := pwriteFull(d.f, p, off); err != nil {
@@ -87,13 +87,13 @@ func (d *File) Discard(off, length int64) error {
 	if d.ro {
 		return errReadOnly(d.path)
 	}
-	if err := checkRange("discard", off, length, d.size); err != nil {
+	if err := CheckRange("discard", off, length, d.size); err != nil {
 		return fmt.Errorf("device %s: %w", d.path, err)
 	}
 	if length == 0 {
 		return nil
 	}
-	err := withFd(d.f, func(fd int) error {
+	err := WithFd(d.f, func(fd int) error {
 		for {
 			err := unix.Fallocate(fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, length)
 			if err != unix.EINTR {

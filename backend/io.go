@@ -13,10 +13,10 @@ import (
 // ErrOutOfRange means an I/O request reaches outside the device.
 var ErrOutOfRange = errors.New("I/O range outside the device")
 
-// checkRange rejects negative and past-the-end requests before they reach
+// CheckRange rejects negative and past-the-end requests before they reach
 // the kernel, where a file would silently grow and a block device would
-// return a short transfer.
-func checkRange(what string, off, n, size int64) error {
+// return a short transfer. what names the operation in the error.
+func CheckRange(what string, off, n, size int64) error {
 	if off < 0 || n < 0 || off > size || n > size-off {
 		return fmt.Errorf("%s %d bytes at %d (device size %d): %w", what, n, off, size, ErrOutOfRange)
 	}
@@ -48,9 +48,9 @@ func pwriteFull(f *os.File, p []byte, off int64) error {
 	return nil
 }
 
-// withFd runs fn on the file's descriptor while os.File guarantees it stays
+// WithFd runs fn on the file's descriptor while os.File guarantees it stays
 // open, so a concurrent Close cannot hand the number to another file.
-func withFd(f *os.File, fn func(fd int) error) error {
+func WithFd(f *os.File, fn func(fd int) error) error {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return err
@@ -62,9 +62,10 @@ func withFd(f *os.File, fn func(fd int) error) error {
 	return opErr
 }
 
-// lockExclusive takes the whole-device flock that marks a mount as owner.
-func lockExclusive(f *os.File, path string) error {
-	err := withFd(f, func(fd int) error {
+// LockExclusive takes the whole-device flock that marks a mount as owner;
+// another holder gives ErrBusy.
+func LockExclusive(f *os.File, path string) error {
+	err := WithFd(f, func(fd int) error {
 		for {
 			err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
 			if err != unix.EINTR {
@@ -82,7 +83,7 @@ func lockExclusive(f *os.File, path string) error {
 }
 
 func fdatasync(f *os.File) error {
-	return withFd(f, func(fd int) error {
+	return WithFd(f, func(fd int) error {
 		for {
 			err := unix.Fdatasync(fd)
 			if err != unix.EINTR {

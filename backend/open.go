@@ -22,6 +22,9 @@ type OpenOptions struct {
 	// Kind forces an implementation: "file", "block" or "nvme"; "" picks one
 	// from the path's type.
 	Kind string
+	// Warn, if set, hears why an automatic choice fell back (an NVMe
+	// namespace whose FDP setup cannot be used).
+	Warn func(msg string)
 }
 
 // NVMeOpener opens an NVMe namespace with FDP passthrough. backend/nvme sets
@@ -82,10 +85,14 @@ func Open(path string, opts OpenOptions) (Device, error) {
 		return wrapOpen(OpenFile(path, opts.ReadOnly))
 	case isBlock:
 		if NVMeOpener != nil && nvmeBlockName.MatchString(base) {
-			if d, err := NVMeOpener(path, opts.ReadOnly); err == nil {
+			d, err := NVMeOpener(path, opts.ReadOnly)
+			if err == nil {
 				return d, nil
 			}
 			// Not FDP-capable or no passthrough: plain O_DIRECT still works.
+			if opts.Warn != nil {
+				opts.Warn(fmt.Sprintf("%v; using the block backend with software streams (-o backend=nvme refuses instead)", err))
+			}
 		}
 		return wrapOpen(OpenBlock(path, opts.ReadOnly))
 	case isChar && nvmeCharName.MatchString(base):

@@ -14,8 +14,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -41,9 +39,7 @@ const (
 	minPageSize = 4096
 	// maxChunk bounds a single command and the bounce buffers; larger MDTS
 	// buy nothing measurable and pin memory per concurrent request.
-	maxChunk    = 1 << 20
-	lockUnit    = 64 << 10
-	lockStripes = 256
+	maxChunk = 1 << 20
 )
 
 // Device is an NVMe namespace driven by passthrough commands.
@@ -62,11 +58,10 @@ type Device struct {
 	pids     []uint16
 	info     FDPInfo
 
-	// stripes: a partial-block write reads, patches and rewrites whole
-	// blocks, so it holds its stripes exclusively; every other write holds
-	// them shared, so neighbouring writers in one block cannot lose data.
-	stripes [lockStripes]sync.RWMutex
-	bounce  sync.Pool
+	// aio turns byte-granular requests into whole-block commands: bounce
+	// buffers, and read-modify-write of partial blocks under stripe locks
+	// so that neighbouring writers in one block cannot lose data.
+	aio *backend.AlignedIO
 
 	// submitFn, when set, replaces the ioctl: unit tests drive the I/O
 	// paths against an in-memory controller through it.
@@ -107,7 +102,7 @@ func Open(path string, ro bool) (*Device, error) {
 		d.Close()
 		return nil, fmt.Errorf("device %s: %w", path, err)
 	}
-	d.bounce.New = func() any { b := alignedBuf(int(d.chunk)); return &b }
+	d.aio = d.newAlignedIO()
 	return d, nil
 }
 
@@ -144,7 +139,7 @@ func openExclusive(path string, ro bool) (f, claim *os.File, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := flockExclusive(f, path); err != nil {
+	if err := backend.LockExclusive(f, path); err != nil {
 		f.Close()
 		if claim != nil {
 			claim.Close()
@@ -185,45 +180,13 @@ func claimBlockSibling(path string) (*os.File, error) {
 	return openFile(blk, unix.O_RDONLY|unix.O_EXCL)
 }
 
-func flockExclusive(f *os.File, path string) error {
-	err := withFd(f, func(fd int) error {
-		for {
-			err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
-			if err != unix.EINTR {
-				return err
-			}
-		}
-	})
-	if errors.Is(err, unix.EWOULDBLOCK) {
-		return fmt.Errorf("device %s: locked: %w", path, backend.ErrBusy)
-	}
-	if err != nil {
-		return fmt.Errorf("device %s: flock: %w", path, err)
-	}
-	return nil
-}
-
-// withFd runs fn on the file's descriptor while os.File guarantees it stays
-// open, so a concurrent Close cannot hand the number to another file.
-func withFd(f *os.File, fn func(fd int) error) error {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var opErr error
-	if err := rc.Control(func(fd uintptr) { opErr = fn(int(fd)) }); err != nil {
-		return err
-	}
-	return opErr
-}
-
 // cmd runs one passthrough command on the device's node, retrying EINTR.
 func (d *Device) cmd(admin bool, c *passthru64, buf []byte) (uint64, error) {
 	if d.submitFn != nil {
 		return d.submitFn(admin, c, buf)
 	}
 	var res uint64
-	err := withFd(d.f, func(fd int) error {
+	err := backend.WithFd(d.f, func(fd int) error {
 		for {
 			cc := *c
 			r, err := submit(fd, admin, &cc, buf)
@@ -259,7 +222,7 @@ func (d *Device) getLog(lid uint8, lsi uint16, buf []byte) error {
 func (d *Device) ruhStatus() ([]RUHStatus, error) {
 	n := pageSize
 	for {
-		buf := alignedBuf(n)
+		buf := backend.AlignedBuf(n)
 		c := passthru64{opcode: ioMgmtRecv, nsid: d.nsid, cdw10: ioMgmtRecvRU, cdw11: uint32(n/4 - 1)}
 		if _, err := d.cmd(false, &c, buf); err != nil {
 			return nil, fmt.Errorf("io management receive (ruh status): %w", err)
@@ -276,7 +239,7 @@ func (d *Device) ruhStatus() ([]RUHStatus, error) {
 // d.nsid: geometry, transfer limits and the FDP setup.
 func (d *Device) identify() error {
 	nsid := d.nsid
-	buf := alignedBuf(identifySize)
+	buf := backend.AlignedBuf(identifySize)
 	if err := d.identifyCmd(cnsNamespace, nsid, buf); err != nil {
 		return err
 	}
@@ -362,7 +325,7 @@ func (d *Device) identify() error {
 // fdpConfig reads the FDP configurations log of the endurance group and
 // returns the configuration in use.
 func (d *Device) fdpConfig(endgid uint16, idx uint8) (fdpConfig, error) {
-	hdr := alignedBuf(pageSize)
+	hdr := backend.AlignedBuf(pageSize)
 	if err := d.getLog(logFDPConfigs, endgid, hdr[:16]); err != nil {
 		return fdpConfig{}, err
 	}
@@ -370,7 +333,7 @@ func (d *Device) fdpConfig(endgid uint16, idx uint8) (fdpConfig, error) {
 	if size < 16 || size > 1<<20 {
 		return fdpConfig{}, fmt.Errorf("fdp configurations log: implausible size %d", size)
 	}
-	buf := alignedBuf((size + 3) &^ 3)
+	buf := backend.AlignedBuf((size + 3) &^ 3)
 	if err := d.getLog(logFDPConfigs, endgid, buf); err != nil {
 		return fdpConfig{}, err
 	}
@@ -386,7 +349,7 @@ func (d *Device) fdpConfig(endgid uint16, idx uint8) (fdpConfig, error) {
 
 func withFdU32(f *os.File, fn func(fd int) (uint32, error)) (uint32, error) {
 	var v uint32
-	err := withFd(f, func(fd int) error {
+	err := backend.WithFd(f, func(fd int) error {
 		var err error
 		v, err = fn(fd)
 		return err
@@ -430,15 +393,4 @@ func readSysInt(p string) int64 {
 		return 0
 	}
 	return v
-}
-
-// alignedBuf returns n bytes starting at a page boundary, carved from a
-// slightly larger Go allocation (the Go heap never moves objects).
-func alignedBuf(n int) []byte {
-	raw := make([]byte, n+pageSize)
-	shift := 0
-	if r := int(uintptr(unsafe.Pointer(&raw[0])) % pageSize); r != 0 {
-		shift = pageSize - r
-	}
-	return raw[shift : shift+n : shift+n]
 }

@@ -1,6 +1,10 @@
 package nvme
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/streamfs/streamfs/backend"
+)
 
 // FDPInfo describes the namespace's flexible data placement setup.
 type FDPInfo struct {
@@ -61,7 +65,7 @@ func (d *Device) FDPStats() (FDPStats, error) {
 		}
 		st.Handles = append(st.Handles, h)
 	}
-	buf := alignedBuf(fdpStatsSize)
+	buf := backend.AlignedBuf(fdpStatsSize)
 	if err := d.getLog(logFDPStats, d.info.EnduranceGroup, buf); err != nil {
 		return FDPStats{}, fmt.Errorf("device %s: %w", d.path, err)
 	}

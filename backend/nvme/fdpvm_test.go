@@ -91,7 +91,7 @@ func TestVMPlacement(t *testing.T) {
 	for s := uint32(1); s <= 3; s++ {
 		n := int64(s+1) << 20
 		off := int64(s) * 64 << 20
-		p := alignedBuf(int(n))
+		p := backend.AlignedBuf(int(n))
 		for i := range p {
 			p[i] = byte(rng.Uint32())
 		}
@@ -110,7 +110,7 @@ func TestVMPlacement(t *testing.T) {
 	if err := d.WriteAt(odd, oddOff, 2); err != nil {
 		t.Fatalf("unaligned write: %v", err)
 	}
-	span := (d.alignUp(oddOff+int64(len(odd))) - d.alignDown(oddOff)) / lba
+	span := (d.aio.AlignUp(oddOff+int64(len(odd))) - d.aio.AlignDown(oddOff)) / lba
 	want[2] += uint64(span)
 	hostBytes += uint64(span * lba)
 	// The aligned extent of stream 2 now holds the unaligned bytes too.
@@ -145,7 +145,7 @@ func TestVMPlacement(t *testing.T) {
 
 	// Read back, aligned and not.
 	for _, e := range written {
-		got := alignedBuf(len(e.data))
+		got := backend.AlignedBuf(len(e.data))
 		if err := d.ReadAt(got, e.off); err != nil {
 			t.Fatalf("read: %v", err)
 		}
@@ -192,7 +192,7 @@ func TestVMPlacement(t *testing.T) {
 func BenchmarkVMWrite(b *testing.B) {
 	const region = 256 << 20
 	for _, size := range []int{4 << 10, 128 << 10} {
-		buf := alignedBuf(size)
+		buf := backend.AlignedBuf(size)
 		for i := range buf {
 			buf[i] = byte(i)
 		}

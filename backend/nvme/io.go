@@ -3,31 +3,31 @@ package nvme
 import (
 	"fmt"
 	"sync"
-	"unsafe"
 
 	"github.com/streamfs/streamfs/backend"
 )
 
-// stripeLock names the lock type so lockRange can pick Lock or RLock once.
-type stripeLock = sync.RWMutex
-
-func checkRange(what string, off, n, size int64) error {
-	if off < 0 || n < 0 || off > size || n > size-off {
-		return fmt.Errorf("%s %d bytes at %d (device size %d): %w", what, n, off, size, backend.ErrOutOfRange)
-	}
-	return nil
-}
-
-func (d *Device) alignDown(x int64) int64 { return x &^ (d.lbaSize - 1) }
-func (d *Device) alignUp(x int64) int64   { return d.alignDown(x + d.lbaSize - 1) }
-
-// direct reports whether p can go to the controller as it is: whole blocks,
-// and a page-aligned buffer so the kernel maps it without copying.
-func (d *Device) direct(p []byte, off int64) bool {
-	if off&(d.lbaSize-1) != 0 || int64(len(p))&(d.lbaSize-1) != 0 {
-		return false
-	}
-	return len(p) == 0 || uintptr(unsafe.Pointer(&p[0]))%pageSize == 0
+// newAlignedIO builds the bounce-buffer and read-modify-write layer over
+// whole-block commands. NVMe reads and writes address whole logical blocks,
+// and a buffer handed to the passthrough ioctl must be page-aligned for the
+// kernel to map it without copying; anything else goes through a bounce
+// buffer of one command's size.
+func (d *Device) newAlignedIO() *backend.AlignedIO {
+	return backend.NewAlignedIO(backend.AlignedConfig{
+		BlockSize: d.lbaSize,
+		BufAlign:  pageSize,
+		MaxPiece:  d.chunk,
+		Read: func(p []byte, off int64) error {
+			return d.xfer(ioRead, p, off, 0, false)
+		},
+		Write: func(p []byte, off int64, stream uint32) error {
+			pid, placed, err := d.placement(stream)
+			if err != nil {
+				return err
+			}
+			return d.xfer(ioWrite, p, off, pid, placed)
+		},
+	})
 }
 
 // placement maps a write stream to its directive: stream 0 carries none,
@@ -101,64 +101,14 @@ func opName(op uint8) string {
 	return "read"
 }
 
-// lockRange locks the stripes covering [off, end) in ascending stripe order,
-// so that concurrent lockers cannot deadlock, and returns the unlock.
-func (d *Device) lockRange(off, end int64, exclusive bool) func() {
-	var set [lockStripes / 64]uint64
-	first, last := off/lockUnit, (end-1)/lockUnit
-	if last-first+1 >= lockStripes {
-		for i := range set {
-			set[i] = ^uint64(0)
-		}
-	} else {
-		for u := first; u <= last; u++ {
-			i := u % lockStripes
-			set[i/64] |= 1 << (i % 64)
-		}
-	}
-	each := func(f func(*stripeLock)) {
-		for i := range lockStripes {
-			if set[i/64]&(1<<(i%64)) != 0 {
-				f(&d.stripes[i])
-			}
-		}
-	}
-	if exclusive {
-		each((*stripeLock).Lock)
-		return func() { each((*stripeLock).Unlock) }
-	}
-	each((*stripeLock).RLock)
-	return func() { each((*stripeLock).RUnlock) }
-}
-
 // ReadAt implements backend.Device. Unaligned requests read whole blocks
 // into a bounce buffer and copy out the wanted bytes.
 func (d *Device) ReadAt(p []byte, off int64) error {
-	if err := checkRange("read", off, int64(len(p)), d.size); err != nil {
+	if err := backend.CheckRange("read", off, int64(len(p)), d.size); err != nil {
 		return fmt.Errorf("device %s: %w", d.path, err)
 	}
-	if len(p) == 0 {
-		return nil
-	}
-	if d.direct(p, off) {
-		if err := d.xfer(ioRead, p, off, 0, false); err != nil {
-			return fmt.Errorf("device %s: %w", d.path, err)
-		}
-		return nil
-	}
-	bp := d.bounce.Get().(*[]byte)
-	defer d.bounce.Put(bp)
-	buf := *bp
-	end := off + int64(len(p))
-	for pos := off; pos < end; {
-		a0 := d.alignDown(pos)
-		pend := min(end, a0+d.chunk)
-		a1 := d.alignUp(pend)
-		if err := d.xfer(ioRead, buf[:a1-a0], a0, 0, false); err != nil {
-			return fmt.Errorf("device %s: %w", d.path, err)
-		}
-		copy(p[pos-off:pend-off], buf[pos-a0:])
-		pos = pend
+	if err := d.aio.ReadAt(p, off); err != nil {
+		return fmt.Errorf("device %s: %w", d.path, err)
 	}
 	return nil
 }
@@ -171,61 +121,17 @@ func (d *Device) WriteAt(p []byte, off int64, stream uint32) error {
 	if d.ro {
 		return fmt.Errorf("device %s: opened read-only", d.path)
 	}
-	if err := checkRange("write", off, int64(len(p)), d.size); err != nil {
+	if err := backend.CheckRange("write", off, int64(len(p)), d.size); err != nil {
 		return fmt.Errorf("device %s: %w", d.path, err)
 	}
-	pid, placed, err := d.placement(stream)
-	if err != nil {
+	// Checked before anything is written, even for an empty write.
+	if _, _, err := d.placement(stream); err != nil {
 		return fmt.Errorf("device %s: %w", d.path, err)
 	}
-	if len(p) == 0 {
-		return nil
-	}
-	end := off + int64(len(p))
-	if d.direct(p, off) {
-		unlock := d.lockRange(off, end, false)
-		defer unlock()
-		if err := d.xfer(ioWrite, p, off, pid, placed); err != nil {
-			return fmt.Errorf("device %s: %w", d.path, err)
-		}
-		return nil
-	}
-	bp := d.bounce.Get().(*[]byte)
-	defer d.bounce.Put(bp)
-	buf := *bp
-	for pos := off; pos < end; {
-		pend := min(end, d.alignDown(pos)+d.chunk)
-		if err := d.writePiece(buf, p[pos-off:pend-off], pos, pid, placed); err != nil {
-			return fmt.Errorf("device %s: %w", d.path, err)
-		}
-		pos = pend
+	if err := d.aio.WriteAt(p, off, stream); err != nil {
+		return fmt.Errorf("device %s: %w", d.path, err)
 	}
 	return nil
-}
-
-// writePiece writes p at off, where the block-aligned span around it fits in
-// buf.
-func (d *Device) writePiece(buf, p []byte, off int64, pid uint16, placed bool) error {
-	end := off + int64(len(p))
-	a0, a1 := d.alignDown(off), d.alignUp(end)
-	span := buf[:a1-a0]
-	headPartial := off != a0
-	tailPartial := end != a1
-	unlock := d.lockRange(a0, a1, headPartial || tailPartial)
-	defer unlock()
-	if headPartial {
-		if err := d.xfer(ioRead, span[:d.lbaSize], a0, 0, false); err != nil {
-			return fmt.Errorf("read-modify-write: %w", err)
-		}
-	}
-	// A one-block span was read above already.
-	if tailPartial && (!headPartial || a1-a0 > d.lbaSize) {
-		if err := d.xfer(ioRead, span[len(span)-int(d.lbaSize):], a1-d.lbaSize, 0, false); err != nil {
-			return fmt.Errorf("read-modify-write: %w", err)
-		}
-	}
-	copy(span[off-a0:], p)
-	return d.xfer(ioWrite, span, a0, pid, placed)
 }
 
 // Flush implements backend.Device with an NVMe Flush of the namespace.
@@ -247,14 +153,14 @@ func (d *Device) Discard(off, length int64) error {
 	if d.ro {
 		return fmt.Errorf("device %s: opened read-only", d.path)
 	}
-	if err := checkRange("discard", off, length, d.size); err != nil {
+	if err := backend.CheckRange("discard", off, length, d.size); err != nil {
 		return fmt.Errorf("device %s: %w", d.path, err)
 	}
-	start, end := d.alignUp(off), d.alignDown(off+length)
+	start, end := d.aio.AlignUp(off), d.aio.AlignDown(off+length)
 	if end <= start {
 		return nil
 	}
-	buf := alignedBuf(dsmMaxRanges * dsmRangeSize)
+	buf := backend.AlignedBuf(dsmMaxRanges * dsmRangeSize)
 	slba, nlb := uint64(start)>>d.lbaShift, uint64(end-start)>>d.lbaShift
 	for nlb > 0 {
 		nr, covered := encodeDSMRanges(buf, slba, nlb, d.dsmRange)

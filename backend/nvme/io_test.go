@@ -109,7 +109,7 @@ func testDevice(t *testing.T, shift uint, nblocks int, chunk int64, pids []uint1
 		path: "test", nsid: 3, lbaShift: shift, lbaSize: 1 << shift,
 		size: int64(nblocks) << shift, chunk: chunk, pids: pids, submitFn: m.submit,
 	}
-	d.bounce.New = func() any { b := alignedBuf(int(d.chunk)); return &b }
+	d.aio = d.newAlignedIO()
 	return d, m
 }
 
@@ -126,7 +126,7 @@ func TestWritePlacementDirective(t *testing.T) {
 	if d.MaxStreams() != 3 {
 		t.Fatalf("MaxStreams = %d", d.MaxStreams())
 	}
-	p := alignedBuf(200 << 10) // 50 blocks: chunks of 16, 16, 16, 2
+	p := backend.AlignedBuf(200 << 10) // 50 blocks: chunks of 16, 16, 16, 2
 	if err := d.WriteAt(p, 8<<12, 3); err != nil {
 		t.Fatal(err)
 	}
@@ -163,8 +163,8 @@ func TestUnalignedReadWrite(t *testing.T) {
 				n := 1 + r.IntN(100<<10)
 				off := r.Int64N(d.Size() - int64(n))
 				if i%3 == 0 { // whole blocks, sometimes at an odd address
-					off = d.alignDown(off)
-					n = max(int(d.alignDown(int64(n))), int(d.lbaSize))
+					off = d.aio.AlignDown(off)
+					n = max(int(d.aio.AlignDown(int64(n))), int(d.lbaSize))
 				}
 				p := randBytes(r, n+1)[1:] // rarely page aligned
 				if err := d.WriteAt(p, off, uint32(i%3)); err != nil {
@@ -269,7 +269,7 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("out of range LBA: %v", err)
 	}
 	// Of a request split in concurrent chunks, the failing one is reported.
-	if err := d.WriteAt(alignedBuf(40<<10), 12<<12, 1); !errors.As(err, &se) || se.Status != 0x80 {
+	if err := d.WriteAt(backend.AlignedBuf(40<<10), 12<<12, 1); !errors.As(err, &se) || se.Status != 0x80 {
 		t.Errorf("chunked write past the namespace: %v", err)
 	}
 }

@@ -34,6 +34,17 @@ commands:
   PATH MOUNTPOINT [-o OPTIONS]     (mount helper form, used by mount -t fuse.streamfs)
 `
 
+// commands are the subcommands by name.
+var commands = map[string]func(args []string, stdout, stderr io.Writer) int{
+	"mkfs":   Mkfs,
+	"mount":  MountCmd,
+	"info":   Info,
+	"fsck":   Fsck,
+	"stream": Stream,
+	"bmap":   Bmap,
+	"stats":  Stats,
+}
+
 // Main runs the streamfs command line and returns the exit status.
 func Main(args []string, stdout, stderr io.Writer) int {
 	if len(args) < 1 {
@@ -41,26 +52,16 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	cmd, rest := args[0], args[1:]
-	switch cmd {
-	case "mkfs":
-		return Mkfs(rest, stdout, stderr)
-	case "mount":
-		return MountCmd(rest, stdout, stderr)
-	case "info":
-		return Info(rest, stdout, stderr)
-	case "fsck":
-		return Fsck(rest, stdout, stderr)
-	case "stream":
-		return Stream(rest, stdout, stderr)
-	case "bmap":
-		return Bmap(rest, stdout, stderr)
-	case "stats":
-		return Stats(rest, stdout, stderr)
-	case "help", "-h", "--help":
+	if run, ok := commands[cmd]; ok {
+		return run(rest, stdout, stderr)
+	}
+	if cmd == "help" || cmd == "-h" || cmd == "--help" {
 		fmt.Fprint(stdout, usageText)
 		return exitOK
 	}
-	if strings.HasPrefix(cmd, "/") || strings.HasPrefix(cmd, ".") || strings.Contains(cmd, "/") {
+	// Anything else with a second argument is the mount helper form that
+	// mount.fuse3 runs: streamfs PATH MOUNTPOINT -o OPTIONS.
+	if len(args) >= 2 && !strings.HasPrefix(cmd, "-") {
 		return Helper(args, stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "streamfs: unknown command %q\n%s", cmd, usageText)
@@ -140,4 +141,9 @@ func fail(stderr io.Writer, cmd string, err error) int {
 func isDir(path string) bool {
 	st, err := os.Stat(path)
 	return err == nil && st.IsDir()
+}
+
+// warnTo prints backend warnings as one line on stderr.
+func warnTo(stderr io.Writer, cmd string) func(string) {
+	return func(msg string) { fmt.Fprintf(stderr, "streamfs %s: warning: %s\n", cmd, msg) }
 }

@@ -69,7 +69,7 @@ func Mkfs(args []string, stdout, stderr io.Writer) int {
 	default:
 		return fail(stderr, "mkfs", fmt.Errorf("%s is neither an image file nor a block device", path))
 	}
-	dev, err := backend.Open(path, backend.OpenOptions{Kind: *kind})
+	dev, err := backend.Open(path, backend.OpenOptions{Kind: *kind, Warn: warnTo(stderr, "mkfs")})
 	if err != nil {
 		return fail(stderr, "mkfs", err)
 	}
@@ -85,7 +85,7 @@ func Mkfs(args []string, stdout, stderr io.Writer) int {
 		if err := os.Truncate(path, sizeBytes); err != nil {
 			return fail(stderr, "mkfs", err)
 		}
-		if dev, err = backend.Open(path, backend.OpenOptions{Kind: *kind}); err != nil {
+		if dev, err = backend.Open(path, backend.OpenOptions{Kind: *kind, Warn: warnTo(stderr, "mkfs")}); err != nil {
 			return fail(stderr, "mkfs", err)
 		}
 	}

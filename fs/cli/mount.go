@@ -109,24 +109,14 @@ func parseMountOpts(list []string) (mountOpts, error) {
 // MountCmd implements `streamfs mount [-o OPTIONS] PATH MOUNTPOINT`, in the
 // foreground.
 func MountCmd(args []string, stdout, stderr io.Writer) int {
-	var opts []string
-	var pos []string
-	for i := 0; i < len(args); i++ {
-		switch a := args[i]; {
-		case a == "-o" && i+1 < len(args):
-			opts = append(opts, args[i+1])
-			i++
-		case strings.HasPrefix(a, "-o") && len(a) > 2:
-			opts = append(opts, a[2:])
-		case a == "-h" || a == "--help":
+	opts, pos, flags := splitMountArgs(args)
+	for _, a := range flags {
+		if a == "-h" || a == "--help" {
 			fmt.Fprintln(stdout, "usage: streamfs mount [-o OPTIONS] PATH MOUNTPOINT")
 			return exitOK
-		case strings.HasPrefix(a, "-") && a != "-":
-			fmt.Fprintf(stderr, "streamfs mount: unknown flag %s\n", a)
-			return exitUsage
-		default:
-			pos = append(pos, a)
 		}
+		fmt.Fprintf(stderr, "streamfs mount: unknown flag %s\n", a)
+		return exitUsage
 	}
 	if len(pos) != 2 {
 		fmt.Fprintln(stderr, "usage: streamfs mount [-o OPTIONS] PATH MOUNTPOINT")
@@ -141,6 +131,25 @@ func MountCmd(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, "mount", err)
 	}
 	return exitOK
+}
+
+// splitMountArgs separates -o option groups (anywhere on the line, as
+// mount(8) passes them), other flags and positional arguments.
+func splitMountArgs(args []string) (opts, pos, flags []string) {
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "-o" && i+1 < len(args):
+			opts = append(opts, args[i+1])
+			i++
+		case strings.HasPrefix(a, "-o") && len(a) > 2:
+			opts = append(opts, a[2:])
+		case strings.HasPrefix(a, "-") && a != "-":
+			flags = append(flags, a)
+		default:
+			pos = append(pos, a)
+		}
+	}
+	return opts, pos, flags
 }
 
 // checkMountpoint refuses anything but an empty directory and explains a
@@ -188,7 +197,8 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 		}
 	}
 	// The device first: "already mounted" explains more than a busy mount point.
-	dev, err := backend.Open(path, backend.OpenOptions{ReadOnly: o.ro, Kind: o.backend})
+	dev, err := backend.Open(path, backend.OpenOptions{ReadOnly: o.ro, Kind: o.backend,
+		Warn: func(msg string) { log.Warn(msg) }})
 	if err != nil {
 		if errors.Is(err, backend.ErrBusy) {
 			return fmt.Errorf("%s is already mounted by another streamfs (or otherwise in use): %w", path, err)
@@ -260,21 +270,8 @@ const readyEnv = "STREAMFS_READY_FD"
 // and the mount goes to the background; the command returns once the mount
 // is ready, or fails with the reason.
 func Helper(args []string, stdout, stderr io.Writer) int {
-	var opts, pos []string
-	for i := 0; i < len(args); i++ {
-		switch a := args[i]; {
-		case a == "-o" && i+1 < len(args):
-			opts = append(opts, args[i+1])
-			i++
-		case strings.HasPrefix(a, "-o") && len(a) > 2:
-			opts = append(opts, a[2:])
-		case a == "-f":
-		case strings.HasPrefix(a, "-"):
-			// mount(8) flags such as -n or -v: nothing to do
-		default:
-			pos = append(pos, a)
-		}
-	}
+	// Other flags (mount(8)'s -n, -v, -f ...) mean nothing here.
+	opts, pos, _ := splitMountArgs(args)
 	if len(pos) != 2 {
 		fmt.Fprintln(stderr, "usage: streamfs PATH MOUNTPOINT [-o OPTIONS]")
 		return exitUsage

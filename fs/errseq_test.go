@@ -1,0 +1,112 @@
+package fs
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"go.uber.org/zap"
+
+	"github.com/streamfs/streamfs/backend"
+	"github.com/streamfs/streamfs/backend/faulty"
+	"github.com/streamfs/streamfs/fs/format"
+	"github.com/streamfs/streamfs/fs/meta"
+)
+
+// mountFaulty mounts a fresh filesystem over a fault-injecting device, in
+// this process, and returns the mount point and the device.
+func mountFaulty(t *testing.T) (string, *faulty.Device, *format.Super) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("mounting FUSE needs root")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skip("no /dev/fuse")
+	}
+	dir := t.TempDir()
+	img := filepath.Join(dir, "img")
+	if err := os.WriteFile(img, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(img, 256<<20); err != nil {
+		t.Fatal(err)
+	}
+	dev, err := backend.OpenFile(img, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := meta.Mkfs(dev, format.MkfsParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd := faulty.New(dev, 1)
+	st, err := meta.Open(fd, meta.Options{Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mnt := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := Mount(&FS{Store: st, Log: zap.NewNop()}, mnt, MountOptions{Source: img})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Unmount(); err != nil {
+			t.Errorf("unmount: %v", err)
+		}
+		srv.Wait()
+		if err := st.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+		fd.Close()
+	})
+	return mnt, fd, sb
+}
+
+// A failed data write reaches the writer, and every file open at that time
+// hears of it once at its next fsync, like the kernel's errseq.
+func TestWriteErrorOncePerOpenFile(t *testing.T) {
+	mnt, dev, sb := mountFaulty(t)
+	name := filepath.Join(mnt, "f")
+	f1, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f1.Close()
+	f2, err := os.OpenFile(name, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f2.Close()
+	buf := make([]byte, 4096)
+	if _, err := f1.WriteAt(buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	// Fail data writes only: the journal must keep working.
+	dataStart := int64(sb.MetaEnd()) * int64(sb.BlockSize)
+	dev.FailWrites(func(off, n int64) bool { return off >= dataStart })
+	if _, err := f1.WriteAt(buf, 0); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("write with failing device: %v, want EIO", err)
+	}
+	dev.FailWrites(nil)
+	f3, err := os.OpenFile(name, os.O_RDWR, 0) // opened after the error
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f3.Close()
+	for _, f := range []*os.File{f1, f2} {
+		if err := f.Sync(); !errors.Is(err, syscall.EIO) {
+			t.Fatalf("first fsync of %v after the error: %v, want EIO", f.Fd(), err)
+		}
+		if err := f.Sync(); err != nil {
+			t.Fatalf("second fsync: %v, want success", err)
+		}
+	}
+	if err := f3.Sync(); err != nil {
+		t.Fatalf("fsync of a file opened after the error: %v", err)
+	}
+}
