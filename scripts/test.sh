@@ -25,5 +25,5 @@ grep -qE '^ok ' /tmp/streamfs-integration.log || { tail -100 /tmp/streamfs-integ
 
 if [ -x scripts/fdp/run.sh ] && [ "${STREAMFS_SKIP_FDP:-0}" != 1 ]; then
 	echo "== NVMe FDP end-to-end (QEMU)"
-	bash scripts/fdp/run.sh
+	STREAMFS_FDP_FS=1 bash scripts/fdp/run.sh
 fi
