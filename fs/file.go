@@ -22,8 +22,10 @@ type handle struct {
 	wbSeen uint64
 }
 
-func (f *FS) openHandle(in *meta.Inode, flags uint32) (*handle, uint32) {
-	f.Store.OpenFile(in)
+func (f *FS) openHandle(in *meta.Inode, flags uint32) (*handle, uint32, syscall.Errno) {
+	if err := f.Store.OpenFile(in); err != nil {
+		return nil, 0, errno(err)
+	}
 	h := &handle{in: in, flags: flags, wbSeen: in.WBGen()}
 	var fl uint32
 	if flags&syscall.O_DIRECT != 0 {
@@ -33,7 +35,7 @@ func (f *FS) openHandle(in *meta.Inode, flags uint32) (*handle, uint32) {
 			fl |= fuse.FOPEN_PARALLEL_DIRECT_WRITES
 		}
 	}
-	return h, fl
+	return h, fl, 0
 }
 
 // writeErr returns EIO once for every write error since the last check.
@@ -61,8 +63,7 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	if writable(flags) && n.fs.Store.ReadOnly() {
 		return nil, 0, syscall.EROFS
 	}
-	h, fl := n.fs.openHandle(n.in, flags)
-	return h, fl, 0
+	return n.fs.openHandle(n.in, flags)
 }
 
 // Read implements gofs.NodeReader.

@@ -110,6 +110,16 @@ func (n *Node) query(input, output []byte) syscall.Errno {
 	if err != nil || len(output) < ioctl.QueryPageSize {
 		return syscall.EINVAL
 	}
+	// A document larger than a page is read in several calls: serve them
+	// all from the snapshot taken at offset 0, so the pages fit together.
+	n.qmu.Lock()
+	defer n.qmu.Unlock()
+	if q.Offset > 0 && n.qkind == q.Kind && n.qdoc != nil {
+		if err := ioctl.EncodeQueryPage(output, n.qdoc, q.Offset); err != nil {
+			return syscall.EINVAL
+		}
+		return 0
+	}
 	var doc []byte
 	switch q.Kind {
 	case ioctl.QueryBmap:
@@ -127,6 +137,7 @@ func (n *Node) query(input, output []byte) syscall.Errno {
 	if err != nil {
 		return syscall.EIO
 	}
+	n.qkind, n.qdoc = q.Kind, doc
 	if err := ioctl.EncodeQueryPage(output, doc, q.Offset); err != nil {
 		return syscall.EINVAL
 	}

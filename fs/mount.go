@@ -4,11 +4,12 @@ import (
 	"fmt"
 	"log"
 	"syscall"
-	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"go.uber.org/zap"
+
+	"github.com/streamfs/streamfs/fs/meta"
 )
 
 // MountOptions are the FUSE-level mount choices.
@@ -54,6 +55,8 @@ func Mount(f *FS, mountpoint string, o MountOptions) (*fuse.Server, error) {
 		AttrTimeout:     &timeout,
 		EntryTimeout:    &timeout,
 		NullPermissions: true,
+		// stat of the mount point reports the root's real inode number.
+		RootStableAttr: &gofs.StableAttr{Ino: meta.RootIno, Mode: syscall.S_IFDIR},
 	}
 	root := NewRoot(f)
 	srv, err := gofs.Mount(mountpoint, root, opts)
@@ -70,5 +73,3 @@ func (w *zapWriter) Write(p []byte) (int, error) {
 	w.l.Debug(string(p))
 	return len(p), nil
 }
-
-var _ = time.Second

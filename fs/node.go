@@ -6,6 +6,7 @@ package fs
 import (
 	"context"
 	"errors"
+	"sync"
 	"syscall"
 	"time"
 
@@ -29,6 +30,10 @@ type Node struct {
 	gofs.Inode
 	fs *FS
 	in *meta.Inode
+
+	qmu   sync.Mutex // guards the query snapshot below
+	qkind uint32
+	qdoc  []byte
 }
 
 // One interface per capability, as go-fuse's own fs package does.
@@ -161,7 +166,11 @@ func (n *Node) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	if err != nil {
 		return nil, errno(err)
 	}
-	list := make([]fuse.DirEntry, 0, len(ents))
+	a := n.in.Attr()
+	list := make([]fuse.DirEntry, 0, len(ents)+2)
+	list = append(list,
+		fuse.DirEntry{Name: ".", Ino: a.Ino, Mode: syscall.S_IFDIR},
+		fuse.DirEntry{Name: "..", Ino: a.Parent, Mode: syscall.S_IFDIR})
 	for _, e := range ents {
 		list = append(list, fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: e.Mode})
 	}
@@ -210,8 +219,8 @@ func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if e != 0 {
 		return nil, nil, 0, e
 	}
-	h, fl := n.fs.openHandle(in, flags)
-	return ch, h, fl, 0
+	h, fl, e := n.fs.openHandle(in, flags)
+	return ch, h, fl, e
 }
 
 // Link implements gofs.NodeLinker.

@@ -35,7 +35,8 @@ func Mkfs(args []string, stdout, stderr io.Writer) int {
 	var sizeBytes int64
 	if *size != "" {
 		if sizeBytes, err = ParseSize(*size); err != nil {
-			return fail(stderr, "mkfs", err)
+			fmt.Fprintf(stderr, "streamfs mkfs: --size: %v\n", err)
+			return exitUsage
 		}
 	}
 	st, err := os.Stat(path)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/syslog"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -28,6 +29,7 @@ type mountOpts struct {
 	backend                        string
 	errorsContinue                 bool
 	commit                         time.Duration
+	logFile                        string
 }
 
 // genericOpts are mount(8) options that mean nothing to streamfs; the mount
@@ -90,6 +92,8 @@ func parseMountOpts(list []string) (mountOpts, error) {
 				default:
 					return o, fmt.Errorf("-o errors=%s: want remount-ro or continue", v)
 				}
+			case k == "log" && hasV:
+				o.logFile = v
 			case k == "commit" && hasV:
 				n, err := strconv.Atoi(v)
 				if err != nil || n < 1 || n > 3600 {
@@ -155,9 +159,13 @@ func splitMountArgs(args []string) (opts, pos, flags []string) {
 // checkMountpoint refuses anything but an empty directory and explains a
 // dead mount left by a crashed daemon.
 func checkMountpoint(mnt string) error {
+	// stat may still answer from the kernel's attribute cache on a dead
+	// mount; open or readdir then give ENOTCONN.
+	dead := func(err error) bool { return errors.Is(err, syscall.ENOTCONN) }
+	deadErr := fmt.Errorf("%s is a dead FUSE mount (its daemon died); clear it with: umount -l %s", mnt, mnt)
 	st, err := os.Stat(mnt)
-	if errors.Is(err, syscall.ENOTCONN) {
-		return fmt.Errorf("%s is a dead FUSE mount (its daemon died); clear it with: umount -l %s", mnt, mnt)
+	if dead(err) {
+		return deadErr
 	}
 	if err != nil {
 		return fmt.Errorf("mount point: %w", err)
@@ -166,11 +174,18 @@ func checkMountpoint(mnt string) error {
 		return fmt.Errorf("mount point %s is not a directory", mnt)
 	}
 	d, err := os.Open(mnt)
+	if dead(err) {
+		return deadErr
+	}
 	if err != nil {
 		return fmt.Errorf("mount point: %w", err)
 	}
 	defer d.Close()
-	if names, _ := d.Readdirnames(1); len(names) > 0 {
+	names, err := d.Readdirnames(1)
+	if dead(err) {
+		return deadErr
+	}
+	if len(names) > 0 {
 		return fmt.Errorf("mount point %s is not an empty directory", mnt)
 	}
 	return nil
@@ -185,6 +200,14 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 				ready(err)
 			}
 		}()
+	}
+	if o.logFile != "" {
+		f, err := os.OpenFile(o.logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+		if err != nil {
+			return fmt.Errorf("-o log=%s: %w", o.logFile, err)
+		}
+		defer f.Close()
+		stderr = f
 	}
 	log := newLogger(stderr, o.debug)
 	defer func() { _ = log.Sync() }()
@@ -293,6 +316,13 @@ func Helper(args []string, stdout, stderr io.Writer) int {
 				fmt.Fprintln(pipe, "ok")
 			}
 			pipe.Close()
+		}
+		// In the background the log goes to -o log=FILE, else to syslog.
+		if o.logFile == "" {
+			if w, err := syslog.New(syslog.LOG_DAEMON|syslog.LOG_INFO, "streamfs"); err == nil {
+				defer w.Close()
+				stderr = w
+			}
 		}
 		if err := runMount(pos[0], pos[1], o, stderr, report); err != nil {
 			return exitFail

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"syscall"
 
 	"github.com/streamfs/streamfs/alloc"
 	"github.com/streamfs/streamfs/fs/format"
@@ -55,44 +56,28 @@ func (j *journal) checkpointLocked() error {
 	// for an inode that a later record of the same transaction freed finds
 	// no inode.
 	j.mu.Lock()
-	frees := j.pendingFree
-	j.enc.Buf, j.pendingFree, j.ops = nil, nil, 0
-	j.openTx++
+	tx, txRecs, frees := j.detachLocked()
 	seq := j.openTx
 	j.mu.Unlock()
-	s.clearDirty()
+	cleared := s.clearDirty()
 	s.opLock.Unlock()
 
 	bs := s.bs
 	maxPayload := (s.sb.CkptBlocks - 1) * bs
 	s.metaFull.Store(uint64(len(payload)) > maxPayload*9/10)
-	if uint64(len(payload)) > maxPayload {
-		return j.fail(fmt.Errorf("checkpoint of %d bytes exceeds slot of %d: %w", len(payload), maxPayload, ErrMetaFull))
-	}
-	slot := 1 - j.ckptSlot
-	start := s.sb.CkptStart + uint64(slot)*s.sb.CkptBlocks
-	if err := j.flush(); err != nil { // data the state points at comes first
+	s.ckptBytes.Store(uint64(len(payload)))
+	s.j.sinceCkpt.Store(0)
+	err := j.writeCheckpoint(payload, seq)
+	if err != nil {
+		// The old checkpoint and the journal are untouched: put back what
+		// this one was to contain, so a later commit retries it.
+		j.requeue(tx, txRecs, frees)
+		s.redirty(cleared)
 		return j.fail(err)
 	}
-	if len(payload) > 0 {
-		buf := make([]byte, (uint64(len(payload))+bs-1)/bs*bs)
-		copy(buf, payload)
-		if err := s.dev.WriteAt(buf, int64((start+1)*bs), 0); err != nil {
-			return j.fail(fmt.Errorf("checkpoint payload: %w", err))
-		}
-	}
-	h := format.CkptHeader{Seq: j.ckptSeq + 1, JournalSeq: seq, JournalPos: j.head,
-		PayloadLen: uint64(len(payload)), PayloadCRC: format.Checksum(payload), UUID: s.sb.UUID}
-	hb := make([]byte, bs)
-	copy(hb, h.Encode())
-	if err := s.dev.WriteAt(hb, int64(start*bs), 0); err != nil {
-		return j.fail(fmt.Errorf("checkpoint header: %w", err))
-	}
-	if err := j.flush(); err != nil {
-		return j.fail(err)
-	}
+	j.succeeded()
 	j.ckptSeq++
-	j.ckptSlot = slot
+	j.ckptSlot = 1 - j.ckptSlot
 	j.used = 0
 	if j.committed.Load() < seq {
 		j.committed.Store(seq)
@@ -100,6 +85,36 @@ func (j *journal) checkpointLocked() error {
 	j.release(frees)
 	s.stats.checkpoints.Add(1)
 	return nil
+}
+
+// writeCheckpoint writes payload to the inactive slot with a header that
+// sends replay to journal sequence seq at the current head.
+func (j *journal) writeCheckpoint(payload []byte, seq uint64) error {
+	s := j.s
+	bs := s.bs
+	if maxPayload := (s.sb.CkptBlocks - 1) * bs; uint64(len(payload)) > maxPayload {
+		return fmt.Errorf("checkpoint of %d bytes exceeds slot of %d: %w", len(payload), maxPayload, ErrMetaFull)
+	}
+	slot := 1 - j.ckptSlot
+	start := s.sb.CkptStart + uint64(slot)*s.sb.CkptBlocks
+	if err := j.flush(); err != nil { // data the state points at comes first
+		return err
+	}
+	if len(payload) > 0 {
+		buf := make([]byte, (uint64(len(payload))+bs-1)/bs*bs)
+		copy(buf, payload)
+		if err := s.dev.WriteAt(buf, int64((start+1)*bs), 0); err != nil {
+			return fmt.Errorf("checkpoint payload: %w", err)
+		}
+	}
+	h := format.CkptHeader{Seq: j.ckptSeq + 1, JournalSeq: seq, JournalPos: j.head,
+		PayloadLen: uint64(len(payload)), PayloadCRC: format.Checksum(payload), UUID: s.sb.UUID}
+	hb := make([]byte, bs)
+	copy(hb, h.Encode())
+	if err := s.dev.WriteAt(hb, int64(start*bs), 0); err != nil {
+		return fmt.Errorf("checkpoint header: %w", err)
+	}
+	return j.flush()
 }
 
 // readCheckpoint returns the newest valid checkpoint and its payload.
@@ -144,7 +159,8 @@ func (s *Store) readCheckpoint() (*format.CkptHeader, int, []byte, error) {
 		return nil, 0, nil, fmt.Errorf("no valid checkpoint: %w", errors.Join(errs...))
 	}
 	if len(errs) > 0 && s.log != nil {
-		s.log.Warn("one checkpoint slot is invalid; using the other", zapErr(errors.Join(errs...)))
+		s.log.Error("a checkpoint slot is damaged; using the other one — changes after it that the journal no longer holds are lost (run streamfs fsck)",
+			zapErr(errors.Join(errs...)))
 	}
 	return best, bestSlot, bestPayload, nil
 }
@@ -176,6 +192,7 @@ func (s *Store) apply(r *format.Record) error {
 			s.itab.put(in)
 		}
 		in.attr = r.Inode
+		in.typ = r.Inode.Mode & syscall.S_IFMT
 		if in.IsDir() && in.dir == nil {
 			in.dir = make(map[string]uint64)
 		}

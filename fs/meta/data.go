@@ -278,6 +278,10 @@ func (s *Store) fillHole(in *Inode, seg segment, data []byte, at int64) (int, er
 // file's previous extent when possible. On ENOSPC it commits the journal
 // (freed blocks become usable) and retries once, as ext4 and XFS do.
 func (s *Store) allocLocked(in *Inode, lblk, n uint64, flags uint32) (Extent, error) {
+	// Every new extent is metadata too.
+	if err := s.metaRoom(); err != nil {
+		return Extent{}, err
+	}
 	req := alloc.Request{Ino: in.attr.Ino, Stream: in.attr.Stream, Len: n}
 	if prev, ok := in.ext.before(lblk); ok && prev.End() <= lblk {
 		req.Goal = prev.PBlk + prev.Len + (lblk - prev.End())
@@ -403,15 +407,24 @@ func (s *Store) truncateLocked(in *Inode, size uint64) error {
 	if err := s.clearPastEOFLocked(in, old, size); err != nil {
 		return err
 	}
+	// The punch and the new size are journaled together: a crash must not
+	// leave the old size over blocks that are already gone.
 	keep := (size + bs - 1) / bs
-	if m := in.ext.ext; len(m) > 0 && m[len(m)-1].End() > keep && size < old {
-		s.punchLocked(in, keep, m[len(m)-1].End()-keep)
-	}
+	var e format.Encoder
+	var freed []alloc.Extent
 	s.opLock.RLock()
+	if m := in.ext.ext; size < old && len(m) > 0 && m[len(m)-1].End() > keep {
+		n := m[len(m)-1].End() - keep
+		for _, o := range in.ext.punch(keep, n) {
+			freed = append(freed, alloc.Extent{Start: o.PBlk, Len: o.Len})
+		}
+		e.Punch(in.attr.Ino, keep, n)
+	}
 	in.attr.Size = size
 	t := now()
 	in.attr.Mtime, in.attr.Ctime = t, t
-	s.markDirtyLocked(in)
+	e.Inode(&in.attr)
+	s.j.append(e.Buf, freed)
 	s.opLock.RUnlock()
 	return nil
 }

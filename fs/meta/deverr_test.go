@@ -116,8 +116,9 @@ func TestDataWriteErrorMapsNothing(t *testing.T) {
 	}
 }
 
-// A failed journal flush or write turns the filesystem read-only with one
-// log line; what was acknowledged before survives.
+// A journal flush or write that keeps failing turns the filesystem
+// read-only with one error line after maxMetaFailures commits; what was
+// acknowledged before survives.
 func TestJournalFailureGoesReadOnly(t *testing.T) {
 	for _, how := range []string{"flush", "write"} {
 		t.Run(how, func(t *testing.T) {
@@ -138,12 +139,14 @@ func TestJournalFailureGoesReadOnly(t *testing.T) {
 			mustWrite(t, s, b, []byte("lost"), 0)
 			js, je := int64(s.sb.JournalStart*s.bs), int64(s.sb.MetaEnd()*s.bs)
 			if how == "flush" {
-				fd.FailFlushes(1)
+				fd.FailFlushes(maxMetaFailures)
 			} else {
 				fd.FailWrites(func(off, n int64) bool { return off >= js && off < je })
 			}
-			if err := s.Fsync(b); err == nil {
-				t.Fatal("fsync succeeded although the journal failed")
+			for i := 0; i < maxMetaFailures; i++ {
+				if err := s.Fsync(b); err == nil {
+					t.Fatal("fsync succeeded although the journal failed")
+				}
 			}
 			if _, err := s.Write(a, []byte("x"), 0, WriteOpts{}); !errors.Is(err, syscall.EROFS) {
 				t.Fatalf("write after the journal failed: %v, want EROFS", err)
@@ -184,6 +187,61 @@ func TestJournalFailureGoesReadOnly(t *testing.T) {
 			}
 			if got := readAll(t, s, a); string(got) != "acknowledged" {
 				t.Fatalf("acknowledged file holds %q", got)
+			}
+		})
+	}
+}
+
+// A commit that fails once is retried by the next one (errors=remount-ro),
+// or as often as it takes (errors=continue): nothing is lost and the
+// sequence has no gap, so everything fsync acknowledged survives a crash.
+func TestJournalFailureRetried(t *testing.T) {
+	for _, mode := range []string{"remount-ro", "continue"} {
+		t.Run(mode, func(t *testing.T) {
+			fd, _ := newTestImage(t, 32<<20, 4)
+			opts := testOpts()
+			opts.ErrorsContinue = mode == "continue"
+			s, err := Open(fd, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := mustCreate(t, s, s.Root(), "b")
+			mustWrite(t, s, b, []byte("retried"), 0)
+			fails := 1
+			if opts.ErrorsContinue {
+				fails = 2 * maxMetaFailures
+			}
+			fd.FailFlushes(fails)
+			for i := 0; i < fails; i++ {
+				if err := s.Fsync(b); err == nil {
+					t.Fatalf("fsync %d succeeded although the flush failed", i)
+				}
+			}
+			if s.ReadOnly() {
+				t.Fatal("read-only after failures that were retried")
+			}
+			if err := s.Fsync(b); err != nil {
+				t.Fatalf("fsync after the device recovered: %v", err)
+			}
+			c := mustCreate(t, s, s.Root(), "c")
+			mustWrite(t, s, c, []byte("later"), 0)
+			if err := s.Fsync(c); err != nil {
+				t.Fatal(err)
+			}
+			crash(t, s, fd)
+			mustFsck(t, fd, false)
+			if s, err = Open(fd, testOpts()); err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			for name, want := range map[string]string{"b": "retried", "c": "later"} {
+				in, err := s.Lookup(s.Root(), name)
+				if err != nil {
+					t.Fatalf("%s after the crash: %v", name, err)
+				}
+				if got := readAll(t, s, in); string(got) != want {
+					t.Fatalf("%s holds %q, want %q", name, got, want)
+				}
 			}
 		})
 	}

@@ -154,6 +154,10 @@ func (f *fsck) note(msg string, a ...any) { f.rep.Notes = append(f.rep.Notes, fm
 // checkSuper compares the primary superblock with the backup. It returns
 // the superblock to use and whether both copies must be rewritten.
 func (f *fsck) checkSuper(dev backend.Device) (*format.Super, bool, error) {
+	if dev.Size() < format.SuperSize {
+		_, _, err := ReadSuper(dev) // explains that the device is too small
+		return nil, false, err
+	}
 	buf := make([]byte, format.SuperSize)
 	if err := dev.ReadAt(buf, 0); err != nil {
 		return nil, false, fmt.Errorf("reading superblock: %w", err)
@@ -240,7 +244,9 @@ func (f *fsck) checkRoot() {
 		// Keep the old inode's contents reachable under a new number.
 		old := root
 		s.itab.del(RootIno)
-		old.attr.Ino = s.newIno(old, false)
+		// newIno fails only when every AG's numbers are spent; the old
+		// contents then stay under number 0 and show up as unreachable.
+		old.attr.Ino, _ = s.newIno(old, false)
 		old.attr.Nlink = 1
 		s.itab.put(old)
 		s.moveInoRefs(RootIno, old.attr.Ino)
@@ -267,6 +273,7 @@ func (f *fsck) checkInode(in *Inode) {
 	if !validType(in.attr.Mode) {
 		if f.problem(true, "inode %d has unknown file type %#o: made a regular file", ino, in.attr.Mode&syscall.S_IFMT) {
 			in.attr.Mode = syscall.S_IFREG | in.attr.Mode&0o7777
+			in.typ = syscall.S_IFREG
 		}
 	}
 	if !in.IsDir() && len(in.dir) > 0 {
@@ -529,7 +536,11 @@ func (f *fsck) lostFound() *Inode {
 		name = fmt.Sprintf("lost+found.%d", i)
 	}
 	t := now()
-	lf := &Inode{attr: format.InodeRec{Ino: s.newIno(root, true), Mode: syscall.S_IFDIR | 0o700, Nlink: 2,
+	lfIno, err := s.newIno(root, true)
+	if err != nil {
+		return root // no number left for lost+found: the root takes them
+	}
+	lf := &Inode{attr: format.InodeRec{Ino: lfIno, Mode: syscall.S_IFDIR | 0o700, Nlink: 2,
 		Atime: t, Mtime: t, Ctime: t, Btime: t, Parent: RootIno}, dir: make(map[string]uint64)}
 	s.itab.put(lf)
 	root.dir[name] = lf.attr.Ino

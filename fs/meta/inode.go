@@ -20,6 +20,7 @@ const RootIno = 1
 type Inode struct {
 	mu sync.RWMutex // guards every field below; writers also hold Store.opLock shared
 
+	typ   uint32 // attr.Mode & S_IFMT; never changes, read without the lock
 	attr  format.InodeRec
 	ext   extentMap         // regular files
 	dir   map[string]uint64 // directories: name → inode number
@@ -42,10 +43,10 @@ func (in *Inode) WBGen() uint64 {
 func (in *Inode) Ino() uint64 { return in.attr.Ino }
 
 // IsDir reports a directory.
-func (in *Inode) IsDir() bool { return in.attr.Mode&syscall.S_IFMT == syscall.S_IFDIR }
+func (in *Inode) IsDir() bool { return in.typ == syscall.S_IFDIR }
 
 // IsReg reports a regular file.
-func (in *Inode) IsReg() bool { return in.attr.Mode&syscall.S_IFMT == syscall.S_IFREG }
+func (in *Inode) IsReg() bool { return in.typ == syscall.S_IFREG }
 
 // Attr returns a copy of the attributes.
 func (in *Inode) Attr() format.InodeRec {
@@ -94,7 +95,9 @@ func (t *inodeTable) get(ino uint64) *Inode {
 	return s.m[ino]
 }
 
+// put adds in; its type is fixed from here on.
 func (t *inodeTable) put(in *Inode) {
+	in.typ = in.attr.Mode & syscall.S_IFMT
 	s := &t.shards[t.shard(in.attr.Ino)]
 	s.mu.Lock()
 	s.m[in.attr.Ino] = in

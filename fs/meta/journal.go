@@ -37,7 +37,9 @@ type journal struct {
 	committed  atomic.Uint64 // every transaction below this is durable
 	flushStart atomic.Uint64 // device flushes started
 	flushDone  atomic.Uint64 // value of flushStart of the last completed flush
-	failed     atomic.Bool   // a commit failed: the journal no longer accepts commits
+	failed     atomic.Bool   // commits kept failing: the journal no longer accepts any
+	failures   atomic.Int64  // consecutive failed commits
+	sinceCkpt  atomic.Uint64 // record bytes appended since the last checkpoint
 }
 
 // append adds one operation's records (already encoded in rec) to the open
@@ -46,6 +48,7 @@ func (j *journal) append(rec []byte, freed []alloc.Extent) uint64 {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.enc.Buf = append(j.enc.Buf, rec...)
+	j.sinceCkpt.Add(uint64(len(rec)))
 	j.pendingFree = append(j.pendingFree, freed...)
 	j.ops++
 	return j.openTx
@@ -92,70 +95,98 @@ func (j *journal) commitLocked() error {
 		if err := j.flush(); err != nil {
 			return j.fail(err)
 		}
+		j.succeeded()
 		return nil
 	}
-	payload := j.enc.Buf
-	tx := j.openTx
-	frees := j.pendingFree
-	j.enc.Buf = nil
-	j.pendingFree = nil
-	j.ops = 0
-	j.openTx++
+	tx, payload, frees := j.detachLocked()
 	j.mu.Unlock()
 
-	if err := j.flush(); err != nil {
+	bs := j.s.bs
+	blocks := (uint64(len(payload))+bs-1)/bs + 1
+	pos, skip := j.head, uint64(0)
+	if pos+blocks > j.s.sb.JournalBlocks {
+		skip = j.s.sb.JournalBlocks - pos
+		pos = 0
+	}
+	if j.used+skip+blocks > j.s.sb.JournalBlocks {
+		// No room: a checkpoint contains this transaction and empties the journal.
+		if err := j.checkpointLocked(); err != nil {
+			j.requeue(tx, payload, frees)
+			return err
+		}
+		j.release(frees)
+		return nil
+	}
+	if err := j.writeCommit(tx, payload, pos, blocks); err != nil {
+		j.requeue(tx, payload, frees)
 		return j.fail(err)
 	}
-	if len(payload) > 0 {
-		bs := j.s.bs
-		blocks := (uint64(len(payload))+bs-1)/bs + 1
-		pos := j.head
-		skip := uint64(0)
-		if pos+blocks > j.s.sb.JournalBlocks {
-			skip = j.s.sb.JournalBlocks - pos
-			pos = 0
-		}
-		if j.used+skip+blocks > j.s.sb.JournalBlocks {
-			// No room: a checkpoint contains this transaction and empties the journal.
-			if err := j.checkpointLocked(); err != nil {
-				return err
-			}
-			j.release(frees)
-			return nil
-		}
-		hdr := format.JournalHeader{Seq: tx, Blocks: uint32(blocks), PayloadLen: uint32(len(payload)),
-			PayloadCRC: format.Checksum(payload), UUID: j.s.sb.UUID}
-		buf := make([]byte, blocks*bs)
-		copy(buf, hdr.Encode())
-		copy(buf[bs:], payload)
-		off := int64((j.s.sb.JournalStart + pos) * bs)
-		if err := j.s.dev.WriteAt(buf, off, 0); err != nil {
-			return j.fail(fmt.Errorf("journal write at block %d: %w", pos, err))
-		}
-		if err := j.flush(); err != nil {
-			return j.fail(err)
-		}
-		j.head = pos + blocks
-		if j.head == j.s.sb.JournalBlocks {
-			j.head = 0 // a checkpoint must never record a position past the end
-		}
-		j.used += skip + blocks
+	j.succeeded()
+	j.head = pos + blocks
+	if j.head == j.s.sb.JournalBlocks {
+		j.head = 0 // a checkpoint must never record a position past the end
 	}
+	j.used += skip + blocks
 	j.committed.Store(tx + 1)
 	j.release(frees)
 	if j.used > j.s.sb.JournalBlocks/2 {
-		return j.checkpointLocked()
+		// This commit is durable whatever happens to the checkpoint; a
+		// failure is counted and retried by the next commit.
+		_ = j.checkpointLocked()
 	}
 	return nil
 }
 
-// ErrJournalFailed means a metadata write failed: nothing more is committed.
-var ErrJournalFailed = errors.New("journal write failed earlier; filesystem is read-only until remounted")
+// detachLocked takes the open transaction out for committing. j.mu is held.
+func (j *journal) detachLocked() (tx uint64, payload []byte, frees []alloc.Extent) {
+	tx, payload, frees = j.openTx, j.enc.Buf, j.pendingFree
+	j.enc.Buf, j.pendingFree, j.ops = nil, nil, 0
+	j.openTx++
+	return tx, payload, frees
+}
+
+// requeue puts a transaction whose commit failed back in front of the open
+// one, under its old sequence number, so a later commit retries it and no
+// acknowledged record is lost or skipped.
+func (j *journal) requeue(tx uint64, payload []byte, frees []alloc.Extent) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.enc.Buf = append(payload, j.enc.Buf...)
+	j.pendingFree = append(frees, j.pendingFree...)
+	j.openTx = tx
+}
+
+// writeCommit writes one commit at journal block pos: the data its records
+// point at is flushed first (rule 1), the commit itself after.
+func (j *journal) writeCommit(tx uint64, payload []byte, pos, blocks uint64) error {
+	if err := j.flush(); err != nil {
+		return err
+	}
+	bs := j.s.bs
+	hdr := format.JournalHeader{Seq: tx, Blocks: uint32(blocks), PayloadLen: uint32(len(payload)),
+		PayloadCRC: format.Checksum(payload), UUID: j.s.sb.UUID}
+	buf := make([]byte, blocks*bs)
+	copy(buf, hdr.Encode())
+	copy(buf[bs:], payload)
+	if err := j.s.dev.WriteAt(buf, int64((j.s.sb.JournalStart+pos)*bs), 0); err != nil {
+		return fmt.Errorf("journal write at block %d: %w", pos, err)
+	}
+	return j.flush()
+}
+
+// ErrJournalFailed means metadata writes kept failing: nothing more is committed.
+var ErrJournalFailed = errors.New("journal writes failed; filesystem is read-only until remounted")
+
+// maxMetaFailures consecutive failed commits turn the filesystem read-only
+// (errors=remount-ro); until then every failure is retried by the next commit.
+const maxMetaFailures = 3
 
 func (j *journal) fail(err error) error {
-	j.s.metaError(err)
+	j.s.metaError(err, j.failures.Add(1))
 	return err
 }
+
+func (j *journal) succeeded() { j.failures.Store(0) }
 
 // release returns durably freed blocks to the allocator (and the device).
 func (j *journal) release(frees []alloc.Extent) {

@@ -72,7 +72,7 @@ type NewInode struct {
 
 // newIno picks the number for a new inode: files live in their parent's
 // AG, directories rotate across AGs (as XFS places them).
-func (s *Store) newIno(parent *Inode, isDir bool) uint64 {
+func (s *Store) newIno(parent *Inode, isDir bool) (uint64, error) {
 	ag := alloc.InoAG(parent.attr.Ino)
 	if isDir {
 		for {
@@ -83,8 +83,24 @@ func (s *Store) newIno(parent *Inode, isDir bool) uint64 {
 			}
 		}
 	}
-	agino := s.agNext[ag].Add(1) - 1
-	return alloc.MakeIno(ag, agino)
+	// Numbers are never reused; an AG whose 32-bit counter is spent passes
+	// the inode to the next AG, and only when all are spent is it ENOSPC.
+	for i := uint32(0); i < s.sb.AGCount; i++ {
+		a := (ag + i) % s.sb.AGCount
+		for {
+			cur := s.agNext[a].Load()
+			if cur == ^uint32(0) {
+				break // spent: the next would wrap onto 0 and the root
+			}
+			if s.agNext[a].CompareAndSwap(cur, cur+1) {
+				ino := alloc.MakeIno(a, cur)
+				if ino > RootIno && s.itab.get(ino) == nil {
+					return ino, nil
+				}
+			}
+		}
+	}
+	return 0, syscall.ENOSPC
 }
 
 // Create makes a file, directory, symlink or device node in dir. The new
@@ -99,8 +115,8 @@ func (s *Store) Create(dir *Inode, name string, n NewInode) (*Inode, error) {
 	if len(n.Target) > format.MaxTargetLen {
 		return nil, syscall.ENAMETOOLONG
 	}
-	if s.metaFull.Load() {
-		return nil, syscall.ENOSPC
+	if err := s.metaRoom(); err != nil {
+		return nil, err
 	}
 	isDir := n.Mode&syscall.S_IFMT == syscall.S_IFDIR
 	dir.mu.Lock()
@@ -111,9 +127,13 @@ func (s *Store) Create(dir *Inode, name string, n NewInode) (*Inode, error) {
 	if _, ok := dir.dir[name]; ok {
 		return nil, syscall.EEXIST
 	}
+	ino, err := s.newIno(dir, isDir)
+	if err != nil {
+		return nil, err
+	}
 	t := now()
 	in := &Inode{attr: format.InodeRec{
-		Ino: s.newIno(dir, isDir), Mode: n.Mode, UID: n.UID, GID: n.GID, Rdev: n.Rdev,
+		Ino: ino, Mode: n.Mode, UID: n.UID, GID: n.GID, Rdev: n.Rdev,
 		Nlink: 1, Atime: t, Mtime: t, Ctime: t, Btime: t, Stream: dir.attr.Stream,
 		Target: n.Target, Parent: dir.attr.Ino,
 	}}
@@ -282,11 +302,17 @@ func (s *Store) freeInodeLocked(in *Inode, e *format.Encoder) []alloc.Extent {
 	return freed
 }
 
-// OpenFile counts an open handle: an unlinked file lives until the last close.
-func (s *Store) OpenFile(in *Inode) {
+// OpenFile counts an open handle: an unlinked file lives until the last
+// close. A file already freed (reopened through an O_PATH descriptor, say)
+// cannot be opened again: ESTALE.
+func (s *Store) OpenFile(in *Inode) error {
 	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.freed {
+		return syscall.ESTALE
+	}
 	in.opens++
-	in.mu.Unlock()
+	return nil
 }
 
 // Release drops an open handle and frees an unlinked file at the last close.
@@ -306,7 +332,13 @@ func (s *Store) Release(in *Inode) {
 
 // isAncestor reports whether a is dir or one of its ancestors. renameMu held.
 func (s *Store) isAncestor(a, dir *Inode) bool {
-	for cur := dir; ; {
+	// The walk is bounded: a parent cycle on a damaged image must not hang
+	// rename (it is refused instead; fsck repairs the cycle).
+	limit := s.itab.count() + 1
+	for cur, steps := dir, 0; ; steps++ {
+		if steps > limit {
+			return true
+		}
 		if cur == a {
 			return true
 		}

@@ -11,8 +11,11 @@
 //	journal.mu              appending to the open transaction
 //	inodeTable shard locks, Store.dirtyMu, allocator AG locks (leaves)
 //
-// journal.commitMu is taken with no inode lock and no opLock held; a
-// checkpoint takes opLock exclusively under commitMu to snapshot the state.
+// journal.commitMu is taken with no opLock held; a checkpoint takes opLock
+// exclusively under commitMu to snapshot the state. Two paths take
+// commitMu while holding an inode lock — the ENOSPC commit-and-retry and the
+// metadata-room check (metaRoom) — which is safe because nothing that holds
+// commitMu or opLock exclusively ever waits for an inode lock.
 package meta
 
 import (
@@ -62,9 +65,10 @@ type Store struct {
 	dirtyMu sync.Mutex // leaf; guards dirty
 	dirty   map[*Inode]struct{}
 
-	metaFull atomic.Bool // the last checkpoint filled 90% of a slot
-	roErr    atomic.Pointer[error]
-	stats    storeStats
+	metaFull  atomic.Bool   // the last checkpoint filled 90% of a slot
+	ckptBytes atomic.Uint64 // size of the last checkpoint's payload
+	roErr     atomic.Pointer[error]
+	stats     storeStats
 
 	stop   chan struct{}
 	stopWG sync.WaitGroup
@@ -80,6 +84,9 @@ type storeStats struct {
 // ReadSuper reads the primary superblock, falling back to the backup copy
 // at the end of the device. usedBackup says the primary was bad.
 func ReadSuper(dev backend.Device) (sb *format.Super, usedBackup bool, err error) {
+	if dev.Size() < format.SuperSize {
+		return nil, false, fmt.Errorf("device is %d bytes, too small to hold a superblock: %w", dev.Size(), format.ErrNotStreamfs)
+	}
 	buf := make([]byte, format.SuperSize)
 	if err := dev.ReadAt(buf, 0); err != nil {
 		return nil, false, fmt.Errorf("reading superblock: %w", err)
@@ -362,20 +369,48 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// metaError records a failed metadata write: the journal stops accepting
-// commits and the filesystem turns read-only (errors=remount-ro), so no
-// later commit can point at state that never reached the device.
-func (s *Store) metaError(err error) {
+// metaError records a failed metadata write (the n-th in a row). The
+// failed commit's records stay queued and the next commit retries them;
+// with errors=remount-ro, maxMetaFailures failures in a row stop the
+// journal and turn the filesystem read-only, so no later commit can point
+// at state that never reached the device. errors=continue keeps retrying.
+func (s *Store) metaError(err error, n int64) {
 	s.stats.metaErrors.Add(1)
-	if s.opts.ErrorsContinue {
-		s.log.Error("metadata write failed (errors=continue)", zapErr(err))
+	if s.opts.ErrorsContinue || n < maxMetaFailures {
+		s.log.Warn("metadata write failed; will retry with the next commit",
+			zap.Int64("failures_in_a_row", n), zap.Bool("errors_continue", s.opts.ErrorsContinue), zapErr(err))
 		return
 	}
 	if s.j.failed.CompareAndSwap(false, true) {
 		e := err
 		s.roErr.Store(&e)
-		s.log.Error("metadata write failed: filesystem is now read-only; unmount and run streamfs fsck", zapErr(err))
+		s.log.Error("metadata writes keep failing: filesystem is now read-only; unmount and run streamfs fsck",
+			zap.Int64("failures_in_a_row", n), zapErr(err))
 	}
+}
+
+// metaRoom refuses growth of the metadata (ENOSPC) once the checkpoint
+// slot, which must hold all of it, is nearly full. Between checkpoints the
+// state grows by at most about twice the record bytes appended; when that
+// estimate reaches the limit a checkpoint measures it exactly. It may run
+// with an inode lock held (see the package doc).
+func (s *Store) metaRoom() error {
+	limit := (s.sb.CkptBlocks - 1) * s.bs * 9 / 10
+	if !s.metaFull.Load() && s.ckptBytes.Load()+2*s.j.sinceCkpt.Load() <= limit {
+		return nil
+	}
+	if s.j.sinceCkpt.Load() > 0 {
+		s.j.commitMu.Lock()
+		err := s.j.checkpointLocked()
+		s.j.commitMu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	if s.metaFull.Load() {
+		return syscall.ENOSPC
+	}
+	return nil
 }
 
 // writable returns EROFS once the filesystem went read-only.
@@ -413,27 +448,46 @@ func (s *Store) markDirtyLocked(in *Inode) {
 
 // logDirtyLocked journals in's attributes if they changed. in.mu held.
 func (s *Store) logDirtyLocked(in *Inode) {
-	if !in.dirty || in.freed {
-		return
-	}
 	var e format.Encoder
-	s.opLock.RLock()
-	e.Inode(&in.attr)
-	in.dirty = false
-	s.j.append(e.Buf, nil)
-	s.opLock.RUnlock()
+	s.opLock.RLock() // a checkpoint clears dirty marks under opLock alone
+	if in.dirty && !in.freed {
+		e.Inode(&in.attr)
+		in.dirty = false
+		s.j.append(e.Buf, nil)
+	}
 	s.dirtyMu.Lock()
-	delete(s.dirty, in)
+	if !in.dirty {
+		delete(s.dirty, in)
+	}
 	s.dirtyMu.Unlock()
+	s.opLock.RUnlock()
 }
 
-// clearDirty forgets dirty marks after a checkpoint captured them. opLock
-// is held exclusively.
-func (s *Store) clearDirty() {
+// clearDirty forgets dirty marks after a checkpoint captured them and
+// returns the inodes it cleared. opLock is held exclusively.
+func (s *Store) clearDirty() []*Inode {
 	s.dirtyMu.Lock()
+	defer s.dirtyMu.Unlock()
+	var cleared []*Inode
 	for in := range s.dirty {
 		in.dirty = false
+		cleared = append(cleared, in)
 	}
 	s.dirty = make(map[*Inode]struct{})
-	s.dirtyMu.Unlock()
+	return cleared
+}
+
+// redirty marks again what clearDirty cleared, after the checkpoint that
+// was to capture it failed.
+func (s *Store) redirty(ins []*Inode) {
+	s.opLock.Lock()
+	defer s.opLock.Unlock()
+	s.dirtyMu.Lock()
+	defer s.dirtyMu.Unlock()
+	for _, in := range ins {
+		if !in.freed {
+			in.dirty = true
+			s.dirty[in] = struct{}{}
+		}
+	}
 }

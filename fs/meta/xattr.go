@@ -66,8 +66,8 @@ func (s *Store) Setxattr(in *Inode, name string, value []byte, flags uint32) err
 	if len(value) > format.MaxXattrValue {
 		return syscall.E2BIG
 	}
-	if s.metaFull.Load() {
-		return syscall.ENOSPC
+	if err := s.metaRoom(); err != nil {
+		return err
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -109,8 +109,16 @@ func (s *Store) Removexattr(in *Inode, name string) error {
 	if err := s.writable(); err != nil {
 		return err
 	}
+	if !xattrNamespaceOK(name) {
+		return syscall.EOPNOTSUPP
+	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	if in.freed {
+		// A freed inode may still be reachable through an O_PATH descriptor;
+		// a record for it after its RecFree would break replay.
+		return syscall.ENOENT
+	}
 	if _, ok := in.xattr[name]; !ok {
 		return syscall.ENODATA
 	}
