@@ -439,8 +439,25 @@ func TestBadInputCorruptJournal(t *testing.T) {
 			}
 			// After the read-write mount (which writes a checkpoint) or
 			// the refusal, fsck still answers without panicking.
-			if out, stderr, code := fsckStatus(t, "-n", bad); code != 0 && code != 4 {
+			out, stderr, code = fsckStatus(t, "-n", bad)
+			if code != 0 && code != 4 {
 				t.Errorf("fsck -n after mounting: exit %d, want 0 or 4:\n%s%s", code, out, stderr)
+			}
+			if code == 4 {
+				// What fsck finds, fsck -y repairs: then it checks clean
+				// and mounts read-write.
+				if out, stderr, code := fsckStatus(t, "-y", bad); code != 1 {
+					t.Fatalf("fsck -y: exit %d, want 1:\n%s%s", code, out, stderr)
+				}
+				if out, stderr, code := fsckStatus(t, "-n", bad); code != 0 {
+					t.Fatalf("fsck -n after fsck -y: exit %d, want 0:\n%s%s", code, out, stderr)
+				}
+				m, log := tryMount(t, bad, emptyDir(t))
+				if m == nil {
+					t.Fatalf("mount after fsck -y refused:\n%s", log)
+				}
+				treeHashes(t, m.dir)
+				m.unmount(t)
 			}
 		})
 	}

@@ -290,11 +290,25 @@ func (s *Store) replay(h *format.CkptHeader, apply func(*format.Record) error) (
 		if at != pos {
 			used += s.sb.JournalBlocks - pos
 		}
+		// Decode the whole commit before applying any of it: a commit is
+		// applied entirely or not at all.
+		var recs []*format.Record
 		if err := format.DecodeRecords(payload, func(r *format.Record) error {
-			records++
-			return apply(r)
+			recs = append(recs, r)
+			return nil
 		}); err != nil {
-			return commits, records, fmt.Errorf("journal commit %d: %w", seq, err)
+			err = fmt.Errorf("journal commit %d has valid checksums but malformed records: %w", seq, err)
+			if s.badCommit == nil {
+				return commits, records, fmt.Errorf("%w (streamfs fsck -y ends the journal before it)", err)
+			}
+			s.badCommit(err)
+			break
+		}
+		for _, r := range recs {
+			records++
+			if err := apply(r); err != nil {
+				return commits, records, fmt.Errorf("journal commit %d: %w", seq, err)
+			}
 		}
 		commits++
 		pos = at + uint64(hdr.Blocks)

@@ -93,6 +93,10 @@ func Fsck(dev backend.Device, opts FsckOptions) (*FsckReport, error) {
 		}
 		return nil
 	}
+	badCommit := false
+	s.badCommit = func(err error) {
+		badCommit = f.problem(true, "%v: the journal ends before it", err)
+	}
 	h, commits, _, err := s.load(lenient)
 	if err != nil {
 		// Without a readable checkpoint there is nothing to repair from.
@@ -114,6 +118,11 @@ func Fsck(dev backend.Device, opts FsckOptions) (*FsckReport, error) {
 		if err := WriteSuper(dev, sb); err != nil {
 			return nil, fmt.Errorf("rewriting superblocks: %w", err)
 		}
+	}
+	if badCommit {
+		// The commits after the bad one are still in the journal: start the
+		// sequence far beyond them so replay never reaches any of them.
+		s.j.openTx += 1 << 32
 	}
 	s.j.commitMu.Lock()
 	err = s.j.checkpointLocked()

@@ -72,6 +72,11 @@ type Store struct {
 
 	stop   chan struct{}
 	stopWG sync.WaitGroup
+
+	// badCommit, set by fsck, hears of a checksum-valid journal commit
+	// whose records do not decode; replay then ends before it instead of
+	// failing.
+	badCommit func(error)
 }
 
 type storeStats struct {
