@@ -3,6 +3,7 @@ package meta
 import (
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/streamfs/streamfs/fs/format"
@@ -28,15 +29,13 @@ type Inode struct {
 	opens int               // open file handles (unlinked files live until 0)
 	dirty bool              // attributes changed and not yet journaled
 	freed bool              // deleted; the node may still be referenced by FUSE
-	wbGen uint64            // bumped on every failed data write (errseq)
+	wbGen atomic.Uint64     // bumped on every failed data write (errseq); no lock
 }
 
 // WBGen counts failed data writes; file handles compare it to report a
 // write error once at their next fsync or close, like the kernel's errseq.
 func (in *Inode) WBGen() uint64 {
-	in.mu.RLock()
-	defer in.mu.RUnlock()
-	return in.wbGen
+	return in.wbGen.Load()
 }
 
 // Ino is the inode number; it never changes.
