@@ -509,9 +509,6 @@ func (s *Store) Fallocate(in *Inode, off, length int64, mode uint32) error {
 			return err
 		}
 	}
-	// Whole blocks inside the range; partial edge blocks are zeroed in place.
-	full0 := uint64((off + bs - 1) / bs)
-	full1 := uint64(end / bs)
 	switch {
 	case mode&FallocPunchHole != 0:
 		size := int64(in.attr.Size)
@@ -519,28 +516,11 @@ func (s *Store) Fallocate(in *Inode, off, length int64, mode uint32) error {
 			return nil
 		}
 		end = min(end, size)
-		full1 = uint64(end / bs)
-		if full1 > full0 {
-			if err := s.zeroRange(in, off, int64(full0)*bs); err != nil {
-				return err
-			}
-			if err := s.zeroRange(in, int64(full1)*bs, end); err != nil {
-				return err
-			}
-			s.punchLocked(in, full0, full1-full0)
-		} else if err := s.zeroRange(in, off, end); err != nil {
+		if err := s.clearRange(in, off, end); err != nil {
 			return err
 		}
 	case mode&FallocZeroRange != 0:
-		if full1 > full0 {
-			if err := s.zeroRange(in, off, int64(full0)*bs); err != nil {
-				return err
-			}
-			if err := s.zeroRange(in, int64(full1)*bs, end); err != nil {
-				return err
-			}
-			s.punchLocked(in, full0, full1-full0)
-		} else if err := s.zeroRange(in, off, end); err != nil {
+		if err := s.clearRange(in, off, end); err != nil {
 			return err
 		}
 		if err := s.preallocLocked(in, uint64(off/bs), uint64((end+bs-1)/bs)); err != nil {
@@ -561,6 +541,24 @@ func (s *Store) Fallocate(in *Inode, off, length int64, mode uint32) error {
 	}
 	s.markDirtyLocked(in)
 	s.opLock.RUnlock()
+	return nil
+}
+
+// clearRange makes bytes [off, end) read as zeros: whole blocks inside are
+// punched, partial edge blocks zeroed in place. in.mu is held.
+func (s *Store) clearRange(in *Inode, off, end int64) error {
+	bs := int64(s.bs)
+	full0, full1 := (off+bs-1)/bs, end/bs
+	if full1 <= full0 {
+		return s.zeroRange(in, off, end)
+	}
+	if err := s.zeroRange(in, off, full0*bs); err != nil {
+		return err
+	}
+	if err := s.zeroRange(in, full1*bs, end); err != nil {
+		return err
+	}
+	s.punchLocked(in, uint64(full0), uint64(full1-full0))
 	return nil
 }
 
