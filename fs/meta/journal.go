@@ -26,7 +26,6 @@ type journal struct {
 	enc         format.Encoder
 	openTx      uint64         // sequence number the open transaction will commit as
 	pendingFree []alloc.Extent // blocks freed by the open transaction
-	ops         int            // records appended to the open transaction
 
 	commitMu sync.Mutex // serializes commits and checkpoints; guards the fields below
 	head     uint64     // journal block where the next commit goes
@@ -44,14 +43,12 @@ type journal struct {
 
 // append adds one operation's records (already encoded in rec) to the open
 // transaction and the extents it frees. The caller holds Store.opLock shared.
-func (j *journal) append(rec []byte, freed []alloc.Extent) uint64 {
+func (j *journal) append(rec []byte, freed []alloc.Extent) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.enc.Buf = append(j.enc.Buf, rec...)
 	j.sinceCkpt.Add(uint64(len(rec)))
 	j.pendingFree = append(j.pendingFree, freed...)
-	j.ops++
-	return j.openTx
 }
 
 // sync makes every transaction appended so far durable, together with every
@@ -140,7 +137,7 @@ func (j *journal) commitLocked() error {
 // detachLocked takes the open transaction out for committing. j.mu is held.
 func (j *journal) detachLocked() (tx uint64, payload []byte, frees []alloc.Extent) {
 	tx, payload, frees = j.openTx, j.enc.Buf, j.pendingFree
-	j.enc.Buf, j.pendingFree, j.ops = nil, nil, 0
+	j.enc.Buf, j.pendingFree = nil, nil
 	j.openTx++
 	return tx, payload, frees
 }
