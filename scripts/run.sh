@@ -32,5 +32,5 @@ if mountpoint -q "$MNT"; then
 	echo "$MNT is already a mount point (umount $MNT first)" >&2
 	exit 1
 fi
-echo "streamfs: $IMG mounted on $MNT — try: $BIN stream max $MNT; Ctrl-C unmounts"
+echo "streamfs: mounting $IMG on $MNT (try: $BIN stream max $MNT; Ctrl-C unmounts)"
 exec "$BIN" mount "$IMG" "$MNT"
