@@ -225,16 +225,20 @@ func (a *Allocator) Alloc(r Request) (Extent, error) {
 		e  Extent
 		ok bool
 	)
-	if r.Goal != 0 {
+	// A goal or hint on the first block of an AG would follow the file
+	// out of its AG (set) into the next one: XFS's adjacency check refuses
+	// that too.
+	sameAG := func(b uint64) bool { return b != 0 && b%a.geo.AGBlocks != 0 }
+	if sameAG(r.Goal) {
 		e, ok = a.allocAt(r.Goal, r.Len)
 	}
 	if !ok && a.cache != nil {
-		if hint, found := a.cache.Get(r.Ino); found {
+		if hint, found := a.cache.Get(r.Ino); found && hint != r.Goal {
 			a.hits.Add(1)
-			if hint != r.Goal {
+			if sameAG(hint) {
 				e, ok = a.allocAt(hint, r.Len)
 			}
-		} else {
+		} else if !found {
 			a.misses.Add(1)
 		}
 	}
@@ -297,43 +301,54 @@ func (a *Allocator) FreeBlocks() uint64 {
 	return n
 }
 
-// Trim calls fn for free extents >= minLen, AG by AG; while fn runs the
-// extent is held out of the free space so nothing allocates it. It stops at
-// the first error from fn, still returning every held extent to free space,
-// and reports the blocks fn handled successfully.
+// trimPiece bounds how much free space Trim holds at once (in blocks), so
+// a long discard never starves allocation in its AG.
+const trimPiece = 8192
+
+// Trim calls fn for free extents >= minLen, AG by AG in block order, in
+// pieces of at most trimPiece blocks; while fn runs the piece is held out
+// of the free space so nothing allocates it. It stops at the first error
+// from fn, still returning the held piece to free space, and reports the
+// blocks fn handled successfully.
 func (a *Allocator) Trim(minLen uint64, fn func(Extent) error) (trimmed uint64, err error) {
 	minLen = max(minLen, 1)
 	for _, g := range a.ags {
-		var batch []Extent
-		g.lock()
-		g.cnt.ascend(Extent{Len: minLen}, func(e Extent) bool {
-			batch = append(batch, e)
-			return true
-		})
-		for _, e := range batch {
-			g.removeFree(e)
-			g.held.insert(e)
-		}
-		g.unlock()
-
-		// fn (a discard, typically) runs unlocked: allocation in this AG
-		// goes on from the extents not held.
-		for _, e := range batch {
-			if ferr := fn(e); ferr != nil {
-				err = fmt.Errorf("alloc: trim %d+%d in AG %d: %w", e.Start, e.Len, g.index, ferr)
+		for cursor := g.start; ; {
+			var piece Extent
+			g.lock()
+			// A piece given back merges with its neighbours, so the cursor
+			// may sit inside a free extent: trim on from there.
+			if e, ok := g.containing(cursor); ok && e.Len >= minLen && e.end() > cursor {
+				piece = Extent{Start: cursor, Len: min(e.end()-cursor, trimPiece)}
+			} else {
+				g.bno.ascend(Extent{Start: cursor}, func(e Extent) bool {
+					if e.Len < minLen {
+						return true
+					}
+					piece = Extent{Start: e.Start, Len: min(e.Len, trimPiece)}
+					return false
+				})
+			}
+			if piece.Len == 0 {
+				g.unlock()
 				break
 			}
-			trimmed += e.Len
-		}
+			g.take(piece.Start, piece.Len)
+			g.held.insert(piece)
+			g.unlock()
 
-		g.lock()
-		for _, e := range batch {
-			g.held.delete(e)
-			g.give(e.Start, e.Len)
-		}
-		g.unlock()
-		if err != nil {
-			return trimmed, err
+			// fn (a discard, typically) runs unlocked.
+			ferr := fn(piece)
+
+			g.lock()
+			g.held.delete(piece)
+			g.give(piece.Start, piece.Len)
+			g.unlock()
+			if ferr != nil {
+				return trimmed, fmt.Errorf("alloc: trim %d+%d in AG %d: %w", piece.Start, piece.Len, g.index, ferr)
+			}
+			trimmed += piece.Len
+			cursor = piece.end()
 		}
 	}
 	return trimmed, nil

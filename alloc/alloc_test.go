@@ -416,7 +416,7 @@ func TestPlacementCache(t *testing.T) {
 		t.Fatalf("cache hit but e2 %v does not follow e1 %v", e2, e1)
 	}
 	// A goal that works skips the cache entirely.
-	if _, err := a.Alloc(Request{Ino: ino, Goal: 3000, Len: 5}); err != nil {
+	if _, err := a.Alloc(Request{Ino: ino, Goal: 3001, Len: 5}); err != nil {
 		t.Fatal(err)
 	}
 	if s2 := a.Stats(); s2.CacheHits+s2.CacheMisses != 2 {
@@ -556,5 +556,40 @@ func TestConcurrentAllocFree(t *testing.T) {
 		if got := freeList(a); !reflect.DeepEqual(got, want) {
 			t.Fatalf("free space not merged back: %v", got)
 		}
+	}
+}
+
+// A goal on the first block of an AG is not followed: the file would leave
+// its AG set for the next AG (a stream would land in another's set).
+func TestGoalStaysInAG(t *testing.T) {
+	geo := Geometry{AGCount: 4, AGBlocks: 1000, TotalBlocks: 4000}
+	a := newTest(t, geo, Options{Policy: PolicyStreams})
+	e, err := a.Alloc(Request{Ino: MakeIno(0, 4), Stream: 1, Goal: 1000, Len: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Start/geo.AGBlocks != 0 {
+		t.Fatalf("stream 1 followed a goal into AG %d: %v", e.Start/geo.AGBlocks, e)
+	}
+}
+
+// Trim holds at most trimPiece blocks at a time: allocation in the AG
+// being trimmed goes on.
+func TestTrimHoldsPieces(t *testing.T) {
+	geo := Geometry{AGCount: 1, AGBlocks: 4 * trimPiece, TotalBlocks: 4 * trimPiece}
+	a := newTest(t, geo, Options{Policy: PolicyInode})
+	var pieces int
+	n, err := a.Trim(1, func(e Extent) error {
+		pieces++
+		if e.Len > trimPiece {
+			t.Fatalf("held %d blocks at once", e.Len)
+		}
+		if _, err := a.Alloc(Request{Ino: MakeIno(0, 2), Len: 1}); err != nil {
+			t.Fatalf("allocation during trim: %v", err)
+		}
+		return nil
+	})
+	if err != nil || pieces < 4 || n == 0 {
+		t.Fatalf("trim: %d blocks in %d pieces, %v", n, pieces, err)
 	}
 }

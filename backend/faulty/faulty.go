@@ -13,10 +13,6 @@ import (
 	"github.com/streamfs/streamfs/backend"
 )
 
-// tornUnit is the granularity at which a torn write lands: real devices
-// guarantee at least 512-byte sector atomicity.
-const tornUnit = 512
-
 // CutOptions shapes what a power cut leaves on the media.
 type CutOptions struct {
 	// KeepRandomPrefix keeps a random prefix (in issue order) of the writes
@@ -223,6 +219,9 @@ func (d *Device) PowerCut(opt CutOptions) error {
 // landed) or a sector boundary strictly inside it. The write never lands
 // whole: that would not be a tear.
 func (d *Device) tearPoint(off, n int64) int64 {
+	// Real devices write whole sectors atomically: a tear lands on the
+	// inner device's sector boundaries.
+	tornUnit := int64(d.inner.SectorSize())
 	first := (off/tornUnit + 1) * tornUnit // first boundary after off
 	end := off + n
 	choices := int64(1)

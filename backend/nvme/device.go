@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -49,14 +50,15 @@ type Device struct {
 	path  string
 	ro    bool
 
-	nsid     uint32
-	lbaShift uint
-	lbaSize  int64
-	size     int64
-	chunk    int64  // bytes per command: min(MDTS, kernel limit, maxChunk)
-	dsmRange uint32 // max blocks per deallocate range, 0 = no limit
-	pids     []uint16
-	info     FDPInfo
+	nsid      uint32
+	lbaShift  uint
+	lbaSize   int64
+	size      int64
+	chunk     int64  // bytes per command: min(MDTS, kernel limit, maxChunk)
+	dsmRange  uint32 // max blocks per deallocate range, 0 = no limit
+	dsmRanges int    // max ranges per Dataset Management command (DMRL)
+	pids      []uint16
+	info      FDPInfo
 
 	// aio turns byte-granular requests into whole-block commands: bounce
 	// buffers, and read-modify-write of partial blocks under stripe locks
@@ -106,6 +108,17 @@ func Open(path string, ro bool) (*Device, error) {
 	return d, nil
 }
 
+// isPartition reports a block device that sysfs lists as a partition.
+func isPartition(st os.FileInfo) bool {
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return false
+	}
+	rdev := uint64(sys.Rdev)
+	_, err := os.Stat(fmt.Sprintf("/sys/dev/block/%d:%d/partition", unix.Major(rdev), unix.Minor(rdev)))
+	return err == nil
+}
+
 func openExclusive(path string, ro bool) (f, claim *os.File, err error) {
 	st, err := os.Stat(path)
 	if err != nil {
@@ -119,6 +132,11 @@ func openExclusive(path string, ro bool) (f, claim *os.File, err error) {
 	isChar := st.Mode().Type() == os.ModeDevice|os.ModeCharDevice
 	switch {
 	case isBlock:
+		// Passthrough commands address the whole namespace: on a partition
+		// they would write over its neighbours and the partition table.
+		if isPartition(st) {
+			return nil, nil, fmt.Errorf("device %s is a partition; NVMe passthrough addresses the whole namespace (use the block backend)", path)
+		}
 		// O_EXCL on a block device is the kernel's exclusive claim: it fails
 		// while the device is mounted or claimed by another opener.
 		f, err = openFile(path, flags|unix.O_EXCL)
@@ -275,8 +293,11 @@ func (d *Device) identify() error {
 
 	// Deallocate range limit: optional structure, so failure leaves no limit.
 	if err := d.identifyCmd(cnsCtrlCSINVM, 0, buf); err == nil {
-		if _, dmrsl, err := parseIdentifyCtrlNVM(buf); err == nil {
+		if dmrl, dmrsl, err := parseIdentifyCtrlNVM(buf); err == nil {
 			d.dsmRange = dmrsl
+			if dmrl > 0 {
+				d.dsmRanges = int(dmrl)
+			}
 		}
 	}
 

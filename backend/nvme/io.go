@@ -3,6 +3,7 @@ package nvme
 import (
 	"fmt"
 	"sync"
+	"syscall"
 
 	"github.com/streamfs/streamfs/backend"
 )
@@ -119,7 +120,7 @@ func (d *Device) ReadAt(p []byte, off int64) error {
 // survive.
 func (d *Device) WriteAt(p []byte, off int64, stream uint32) error {
 	if d.ro {
-		return fmt.Errorf("device %s: opened read-only", d.path)
+		return fmt.Errorf("device %s: opened read-only: %w", d.path, syscall.EROFS)
 	}
 	if err := backend.CheckRange("write", off, int64(len(p)), d.size); err != nil {
 		return fmt.Errorf("device %s: %w", d.path, err)
@@ -151,7 +152,7 @@ func (d *Device) Flush() error {
 // alone because their other bytes may be live.
 func (d *Device) Discard(off, length int64) error {
 	if d.ro {
-		return fmt.Errorf("device %s: opened read-only", d.path)
+		return fmt.Errorf("device %s: opened read-only: %w", d.path, syscall.EROFS)
 	}
 	if err := backend.CheckRange("discard", off, length, d.size); err != nil {
 		return fmt.Errorf("device %s: %w", d.path, err)
@@ -160,7 +161,11 @@ func (d *Device) Discard(off, length int64) error {
 	if end <= start {
 		return nil
 	}
-	buf := backend.AlignedBuf(dsmMaxRanges * dsmRangeSize)
+	ranges := dsmMaxRanges
+	if d.dsmRanges > 0 {
+		ranges = min(ranges, d.dsmRanges)
+	}
+	buf := backend.AlignedBuf(ranges * dsmRangeSize)
 	slba, nlb := uint64(start)>>d.lbaShift, uint64(end-start)>>d.lbaShift
 	for nlb > 0 {
 		nr, covered := encodeDSMRanges(buf, slba, nlb, d.dsmRange)

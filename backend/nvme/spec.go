@@ -91,13 +91,15 @@ func parseIdentifyCtrl(b []byte) (ctrlInfo, error) {
 	return ctrlInfo{mdts: b[77], ctratt: binary.LittleEndian.Uint32(b[96:])}, nil
 }
 
-// parseIdentifyCtrlNVM reads DMRL (byte 0) and DMRSL (bytes 7:4) of the NVM
-// command set specific Identify Controller structure (CNS 6, CSI 0).
+// parseIdentifyCtrlNVM reads DMRL (byte 3: ranges per Dataset Management
+// command) and DMRSL (bytes 7:4: blocks per range) of the NVM command set
+// specific Identify Controller structure (CNS 6, CSI 0); bytes 0..2 are
+// VSL, WZSL and WUSL.
 func parseIdentifyCtrlNVM(b []byte) (dmrl uint8, dmrsl uint32, err error) {
 	if len(b) < 8 {
 		return 0, 0, fmt.Errorf("identify controller (NVM): %d bytes: %w", len(b), errShort)
 	}
-	return b[0], binary.LittleEndian.Uint32(b[4:]), nil
+	return b[3], binary.LittleEndian.Uint32(b[4:]), nil
 }
 
 // maxTransfer converts MDTS to bytes. MDTS is in units of CAP.MPSMIN, which
@@ -122,7 +124,7 @@ func fdpFeature(result uint64) (enabled bool, confIdx uint8) {
 
 // fdpConfig is one FDP configuration descriptor of log page 0x20.
 type fdpConfig struct {
-	attrs    uint8 // FDPA: bits 1:0 RGIF, bit 6 volatile write cache, bit 7 valid
+	attrs    uint8 // FDPA: bits 3:0 RGIF, bit 4 volatile write cache, bit 7 valid
 	nrg      uint32
 	nruh     uint16
 	maxPIDs  uint16 // zero based
@@ -133,7 +135,7 @@ type fdpConfig struct {
 }
 
 // rgif is the number of high PID bits that name the reclaim group.
-func (c fdpConfig) rgif() uint8 { return c.attrs & 0x3 }
+func (c fdpConfig) rgif() uint8 { return c.attrs & 0xf }
 
 // parseFDPConfigs decodes the FDP configurations log page: a 16-byte header
 // (NUMFDPC 1:0 zero based, VER 2, SIZE 7:4) followed by variable sized

@@ -158,7 +158,8 @@ func TestParseIdentifyCtrl(t *testing.T) {
 	}
 
 	nvm := make([]byte, 4096)
-	nvm[0] = 128
+	nvm[0] = 7 // VSL, not DMRL
+	nvm[3] = 128
 	le32(nvm, 4, 0x80000)
 	dmrl, dmrsl, err := parseIdentifyCtrlNVM(nvm)
 	if err != nil || dmrl != 128 || dmrsl != 0x80000 {
