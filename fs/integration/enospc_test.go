@@ -84,9 +84,13 @@ func TestENOSPC(t *testing.T) {
 		t.Errorf("writing 12 MiB did not lower free blocks: %d -> %d", stRm.Bfree, st.Bfree)
 	}
 
-	// Everything is still right after a remount, and removing the fill
-	// returns the filesystem to its size.
-	m = m.remount(t)
+	// The full filesystem checks clean; everything is still right after a
+	// remount, and removing the fill returns the filesystem to its size.
+	m.unmount(t)
+	if out, stderr, code := fsckStatus(t, "-n", m.img); code != 0 {
+		t.Fatalf("fsck -n of the filled filesystem: exit %d\n%s%s", code, out, stderr)
+	}
+	m = mountAt(t, m.img, m.dir, m.opts...)
 	checkContent(t, m.path("keep"), keep)
 	checkContent(t, m.path("again"), again)
 	for _, n := range []string{"fill", "again", "keep"} {
