@@ -2,10 +2,14 @@ package meta
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 
 	"github.com/streamfs/streamfs/alloc"
+	"github.com/streamfs/streamfs/backend"
+	"github.com/streamfs/streamfs/fs/format"
 )
 
 // New directories rotate across AGs and files follow their directory; an
@@ -41,5 +45,59 @@ func TestInodeNumbers(t *testing.T) {
 	}
 	if !s.Root().IsDir() {
 		t.Fatal("root overwritten")
+	}
+}
+
+// BenchmarkDirOps measures create, lookup and unlink in a directory that
+// already holds 100 or 100,000 entries: directories are hash maps, so the
+// cost per operation should not grow with the directory.
+func BenchmarkDirOps(b *testing.B) {
+	for _, size := range []int{100, 100000} {
+		b.Run(fmt.Sprint(size), func(b *testing.B) {
+			// A sparse 8 GiB image (a 128 MiB checkpoint slot, far from
+			// full), without the fault-injecting wrapper's bookkeeping.
+			path := filepath.Join(b.TempDir(), "img")
+			if err := os.WriteFile(path, nil, 0o644); err != nil {
+				b.Fatal(err)
+			}
+			if err := os.Truncate(path, 8<<30); err != nil {
+				b.Fatal(err)
+			}
+			dev, err := backend.OpenFile(path, false)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer dev.Close()
+			if _, err := Mkfs(dev, format.MkfsParams{}); err != nil {
+				b.Fatal(err)
+			}
+			s, err := Open(dev, testOpts())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			d, err := s.Create(s.Root(), "d", NewInode{Mode: syscall.S_IFDIR | 0o755})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i := 0; i < size; i++ {
+				if _, err := s.Create(d, fmt.Sprintf("f%d", i), NewInode{Mode: syscall.S_IFREG | 0o644}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				name := fmt.Sprintf("n%d", i)
+				if _, err := s.Create(d, name, NewInode{Mode: syscall.S_IFREG | 0o644}); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := s.Lookup(d, name); err != nil {
+					b.Fatal(err)
+				}
+				if err := s.Remove(d, name, false); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
