@@ -163,8 +163,13 @@ func (d *Device) Discard(off, length int64) error {
 	if d.failWrite != nil && d.failWrite(off, length) {
 		return fmt.Errorf("faulty discard %d bytes at %d: injected: %w", length, off, syscall.EIO)
 	}
-	if err := d.saveLocked(off, length); err != nil {
-		return fmt.Errorf("faulty discard %d bytes at %d: %w", length, off, err)
+	// A discarded range reads as anything, so a cut may keep or undo a
+	// discard; only small ones are recorded for undo (mkfs discards the
+	// whole device, which would mean copying it).
+	if length <= maxDiscardUndo {
+		if err := d.saveLocked(off, length); err != nil {
+			return fmt.Errorf("faulty discard %d bytes at %d: %w", length, off, err)
+		}
 	}
 	if err := d.inner.Discard(off, length); err != nil {
 		return err
@@ -172,6 +177,9 @@ func (d *Device) Discard(off, length int64) error {
 	d.stats.Discards++
 	return nil
 }
+
+// maxDiscardUndo is the largest discard a power cut can undo.
+const maxDiscardUndo = 64 << 20
 
 // PowerCut simulates losing power: every write and discard issued since the
 // last completed Flush is rolled back, newest first, except for a random
