@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -468,20 +467,7 @@ func TestBadInputCorruptJournal(t *testing.T) {
 // (returning nil and its output). A panic fails the test either way.
 func tryMount(t *testing.T, img, dir string, opts ...string) (*mount, string) {
 	t.Helper()
-	m := &mount{img: img, dir: dir, opts: opts, log: &syncBuffer{}, exited: make(chan struct{})}
-	args := []string{"mount"}
-	if len(opts) > 0 {
-		args = append(args, "-o", strings.Join(opts, ","))
-	}
-	m.cmd = exec.Command(streamfsBin, append(args, img, dir)...)
-	m.cmd.Stdout, m.cmd.Stderr = m.log, m.log
-	if err := m.cmd.Start(); err != nil {
-		t.Fatalf("starting streamfs mount: %v", err)
-	}
-	go func() {
-		m.waitErr = m.cmd.Wait()
-		close(m.exited)
-	}()
+	m := startMount(t, img, dir, opts)
 	deadline := time.Now().Add(hangGuard)
 	for !isMounted(dir) {
 		select {

@@ -185,17 +185,15 @@ func mountImage(t *testing.T, img string, opts ...string) *mount {
 	return mountAt(t, img, dir, opts...)
 }
 
-// mountAt starts the daemon for img on dir and waits for the mount to show
-// up in /proc/self/mounts.
-func mountAt(t *testing.T, img, dir string, opts ...string) *mount {
+// startMount starts `streamfs mount [-o opts] img dir` in the background.
+func startMount(t *testing.T, img, dir string, opts []string) *mount {
 	t.Helper()
 	m := &mount{img: img, dir: dir, opts: opts, log: &syncBuffer{}, exited: make(chan struct{})}
 	args := []string{"mount"}
 	if len(opts) > 0 {
 		args = append(args, "-o", strings.Join(opts, ","))
 	}
-	args = append(args, img, dir)
-	m.cmd = exec.Command(streamfsBin, args...)
+	m.cmd = exec.Command(streamfsBin, append(args, img, dir)...)
 	m.cmd.Stdout, m.cmd.Stderr = m.log, m.log
 	if err := m.cmd.Start(); err != nil {
 		t.Fatalf("starting streamfs mount: %v", err)
@@ -204,6 +202,14 @@ func mountAt(t *testing.T, img, dir string, opts ...string) *mount {
 		m.waitErr = m.cmd.Wait()
 		close(m.exited)
 	}()
+	return m
+}
+
+// mountAt starts the daemon for img on dir and waits for the mount to show
+// up in /proc/self/mounts.
+func mountAt(t *testing.T, img, dir string, opts ...string) *mount {
+	t.Helper()
+	m := startMount(t, img, dir, opts)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("streamfs mount %s log:\n%s", dir, m.log.String())
