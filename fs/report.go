@@ -68,6 +68,7 @@ type StatsDoc struct {
 	CacheMisses    uint64          `json:"cache_misses"`
 	AGs            []alloc.AGStats `json:"ags"`
 	Streams        []StreamStats   `json:"streams"`
+	Counters       meta.Counters   `json:"counters"`
 	FDP            *nvme.FDPStats  `json:"fdp,omitempty"`
 	FDPError       string          `json:"fdp_error,omitempty"`
 }
@@ -92,6 +93,7 @@ func statsDoc(f *FS) ([]byte, error) {
 		Policy: as.Policy, MaxStreams: as.MaxStreams, HWStreams: st.Device().MaxStreams(),
 		Backend: st.Device().Kind(), PlacementCache: f.PlacementCache,
 		CacheHits: as.CacheHits, CacheMisses: as.CacheMisses, AGs: as.AGs,
+		Counters: st.Counters(),
 	}
 	files := st.StreamFiles()
 	bytes := st.StreamBytes()

@@ -29,16 +29,29 @@ func OpName(op uint32) string {
 // "ioctl(OP): <errno>" wrapping the raw unix.Errno, so callers can use
 // errors.Is/As and print the C library's wording.
 func Do(fd uintptr, ws *WriteStream) error {
+	b := ws.Bytes()
+	if err := ioctlPtr(fd, FS_IOC_WRITE_STREAM, b); err != nil {
+		return fmt.Errorf("ioctl(%s): %w", OpName(ws.OpFlags), err)
+	}
+	got, err := DecodeWriteStream(b)
+	if err != nil {
+		return err
+	}
+	*ws = got
+	return nil
+}
+
+// ioctlPtr issues cmd with a pointer to b, retrying on EINTR: a FUSE
+// request can be interrupted by a signal (the Go runtime sends them for
+// preemption), and every call this package makes is idempotent.
+func ioctlPtr(fd uintptr, cmd uint32, b []byte) error {
 	for {
-		_, _, errno := unix.Syscall(unix.SYS_IOCTL, fd, uintptr(FS_IOC_WRITE_STREAM), uintptr(unsafe.Pointer(ws)))
-		// A FUSE request can be interrupted by a signal (the Go runtime
-		// sends them for preemption). Every write-stream operation is
-		// idempotent, so simply asking again is correct.
+		_, _, errno := unix.Syscall(unix.SYS_IOCTL, fd, uintptr(cmd), uintptr(unsafe.Pointer(&b[0])))
 		if errors.Is(errno, unix.EINTR) {
 			continue
 		}
 		if errno != 0 {
-			return fmt.Errorf("ioctl(%s): %w", OpName(ws.OpFlags), errno)
+			return errno
 		}
 		return nil
 	}

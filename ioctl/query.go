@@ -1,12 +1,6 @@
 package ioctl
 
-import (
-	"errors"
-	"fmt"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
-)
+import "fmt"
 
 // streamfs's own query ioctl: the tools (bmap, stats, info) read a JSON
 // document from the daemon in pages, because a FUSE ioctl moves at most
@@ -93,19 +87,4 @@ func Fitrim(fd uintptr, r *FstrimRange) error {
 	}
 	*r = got
 	return nil
-}
-
-// ioctlPtr issues cmd with a pointer to b, retrying on EINTR (every
-// streamfs query is idempotent).
-func ioctlPtr(fd uintptr, cmd uint32, b []byte) error {
-	for {
-		_, _, errno := unix.Syscall(unix.SYS_IOCTL, fd, uintptr(cmd), uintptr(unsafe.Pointer(&b[0])))
-		if errors.Is(errno, unix.EINTR) {
-			continue
-		}
-		if errno != 0 {
-			return errno
-		}
-		return nil
-	}
 }

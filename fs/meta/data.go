@@ -33,22 +33,23 @@ func (s *Store) Read(in *Inode, p []byte, off int64) (int, error) {
 		p = p[:size-off]
 	}
 	bs := int64(s.bs)
-	clear(p)
 	first := uint64(off / bs)
 	last := uint64((off + int64(len(p)) - 1) / bs)
 	var err error
-	in.ext.visit(first, last-first+1, func(e Extent) {
-		if err != nil || e.Unwritten() {
-			return
+	// Holes and preallocated pieces read as zeros; only they are cleared.
+	for _, seg := range in.ext.segments(first, last-first+1) {
+		lo := max(int64(seg.lblk)*bs, off)
+		hi := min(int64(seg.lblk+seg.n)*bs, off+int64(len(p)))
+		if !seg.mapped || seg.ext.Unwritten() {
+			clear(p[lo-off : hi-off])
+			continue
 		}
-		// Intersect the extent's bytes with the request.
-		lo := max(int64(e.LBlk)*bs, off)
-		hi := min(int64(e.End())*bs, off+int64(len(p)))
-		dev := int64(e.PBlk)*bs + (lo - int64(e.LBlk)*bs)
+		dev := int64(seg.ext.PBlk)*bs + (lo - int64(seg.lblk)*bs)
 		if rerr := s.dev.ReadAt(p[lo-off:hi-off], dev); rerr != nil {
 			err = fmt.Errorf("reading inode %d at %d: %w", in.attr.Ino, lo, rerr)
+			break
 		}
-	})
+	}
 	if err != nil {
 		s.stats.dataErrors.Add(1)
 		return 0, err

@@ -67,7 +67,6 @@ type Store struct {
 
 	metaFull  atomic.Bool   // the last checkpoint filled 90% of a slot
 	ckptBytes atomic.Uint64 // size of the last checkpoint's payload
-	roErr     atomic.Pointer[error]
 	stats     storeStats
 
 	stop   chan struct{}
@@ -84,6 +83,28 @@ type storeStats struct {
 	streamBytes sync.Map // uint32 → *atomic.Uint64 bytes written per stream
 	metaErrors  atomic.Uint64
 	dataErrors  atomic.Uint64
+}
+
+// Counters are what the filesystem did since mount, for `streamfs stats`.
+type Counters struct {
+	Checkpoints       uint64 `json:"checkpoints"`
+	MetaWriteErrors   uint64 `json:"meta_write_errors"`
+	DataIOErrors      uint64 `json:"data_io_errors"`
+	ReadOnly          bool   `json:"read_only"`
+	MetadataFull      bool   `json:"metadata_full"`
+	CheckpointPayload uint64 `json:"checkpoint_bytes"`
+}
+
+// Counters returns the counters.
+func (s *Store) Counters() Counters {
+	return Counters{
+		Checkpoints:       s.stats.checkpoints.Load(),
+		MetaWriteErrors:   s.stats.metaErrors.Load(),
+		DataIOErrors:      s.stats.dataErrors.Load(),
+		ReadOnly:          s.ReadOnly(),
+		MetadataFull:      s.metaFull.Load(),
+		CheckpointPayload: s.ckptBytes.Load(),
+	}
 }
 
 // ReadSuper reads the primary superblock, falling back to the backup copy
@@ -387,8 +408,6 @@ func (s *Store) metaError(err error, n int64) {
 		return
 	}
 	if s.j.failed.CompareAndSwap(false, true) {
-		e := err
-		s.roErr.Store(&e)
 		s.log.Error("metadata writes keep failing: filesystem is now read-only; unmount and run streamfs fsck",
 			zap.Int64("failures_in_a_row", n), zapErr(err))
 	}
