@@ -572,6 +572,15 @@ func TestPrefixTearGarbage(t *testing.T) {
 				if k == len(kinds) || kinds[k] != pieceGarbage || count(kinds[k+1:], pieceOld) != len(kinds)-k-1 {
 					t.Fatalf("seed %d: pieces %v: want landed prefix, one garbage, old rest", seed, kinds)
 				}
+				// The garbled piece is random through and through, not a
+				// finer tear of old and new bytes.
+				gs := pieceBounds(off, int64(len(upd)), u)[k]
+				for x := gs; x < min(gs+u, off+int64(len(upd))); x += 512 {
+					e := min((x/512+1)*512, off+int64(len(upd)))
+					if bytes.Equal(got[x:e], base[x:e]) || bytes.Equal(got[x:e], upd[x-off:e-off]) {
+						t.Fatalf("seed %d: garbled piece at %d has old or new bytes at %d", seed, gs, x)
+					}
+				}
 				if k > 0 {
 					partial++
 				}
