@@ -13,7 +13,10 @@ import (
 
 func freeList(a *Allocator) []Extent {
 	var l []Extent
-	a.ForEachFree(func(e Extent) { l = append(l, e) })
+	a.FreeExtentsIn(0, ^uint64(0), 1, func(e Extent) bool {
+		l = append(l, e)
+		return true
+	})
 	return l
 }
 
@@ -383,10 +386,9 @@ func TestTrimHoldsExtents(t *testing.T) {
 // overlapsFreeSpace reports whether any free extent overlaps e.
 func overlapsFreeSpace(a *Allocator, e Extent) bool {
 	found := false
-	a.ForEachFree(func(f Extent) {
-		if f.Start < e.Start+e.Len && e.Start < f.Start+f.Len {
-			found = true
-		}
+	a.FreeExtentsIn(e.Start, e.Len, 1, func(Extent) bool {
+		found = true
+		return false
 	})
 	return found
 }

@@ -151,3 +151,39 @@ func benchParallelAppend(b *testing.B, writers uint32, ringLen int, useGoal, cac
 		b.ReportMetric(float64(a.Stats().CacheMisses-uint64(writers))/float64(b.N), "misses/op")
 	}
 }
+
+// BenchmarkLoadFreeSpace builds an allocator whose 4 AGs hold 100k free
+// extents in all (every other block free), the way mount can: all free and
+// then MarkUsed of every used extent, or NewFromFree from the free list.
+func BenchmarkLoadFreeSpace(b *testing.B) {
+	const n = 100_000
+	geo := Geometry{AGCount: 4, AGBlocks: n / 2, TotalBlocks: 2 * n}
+	free := make([]Extent, 0, n)
+	for i := uint64(0); i < n; i++ {
+		free = append(free, Extent{Start: 2 * i, Len: 1})
+	}
+	opts := Options{Policy: PolicyStreams}
+	b.Run("MarkUsed", func(b *testing.B) {
+		for b.Loop() {
+			a, err := New(geo, opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i := uint64(0); i < n; i++ {
+				if err := a.MarkUsed(2*i+1, 1); err != nil {
+					b.Fatal(err)
+				}
+			}
+			a.Close()
+		}
+	})
+	b.Run("NewFromFree", func(b *testing.B) {
+		for b.Loop() {
+			a, err := NewFromFree(geo, opts, free)
+			if err != nil {
+				b.Fatal(err)
+			}
+			a.Close()
+		}
+	})
+}
