@@ -52,6 +52,8 @@ type ag struct {
 	free      atomic.Uint64
 	allocs    atomic.Uint64
 	lockWaits atomic.Uint64
+	// Placement-cache lookups for inodes of this AG (Allocator.Stats).
+	cacheHits, cacheMisses atomic.Uint64
 }
 
 func newAG(index uint32, start, size uint64) *ag {

@@ -72,10 +72,8 @@ type Allocator struct {
 	// takes a cache-wide lock (its expiration map), so Set runs only when
 	// the inode has no entry. Per-stream block counts live in the AGs
 	// (ag.streamBlocks), so the allocation path holds no allocator-wide
-	// lock.
-	cache  *ristretto.Cache[uint64, *atomic.Uint64]
-	hits   atomic.Uint64
-	misses atomic.Uint64
+	// lock. Its hit and miss counters are per AG too (ag.cacheHits).
+	cache *ristretto.Cache[uint64, *atomic.Uint64]
 }
 
 // New makes an allocator where every block is free; the caller then marks
@@ -240,11 +238,13 @@ func (a *Allocator) Alloc(r Request) (Extent, error) {
 	}
 	var entry *atomic.Uint64
 	if a.cache != nil {
+		// Counted in the inode's AG: no counter shared by all writers.
+		home := a.ags[InoAG(r.Ino)%a.geo.AGCount]
 		var found bool
 		if entry, found = a.cache.Get(r.Ino); !found {
-			a.misses.Add(1)
+			home.cacheMisses.Add(1)
 		} else if hint := entry.Load(); hint != r.Goal {
-			a.hits.Add(1)
+			home.cacheHits.Add(1)
 			if sameAG(hint) {
 				e, ok = a.allocAt(hint, r.Len, r.Stream)
 			}
@@ -358,8 +358,6 @@ type Stats struct {
 func (a *Allocator) Stats() Stats {
 	s := Stats{
 		AGs:          make([]AGStats, len(a.ags)),
-		CacheHits:    a.hits.Load(),
-		CacheMisses:  a.misses.Load(),
 		StreamBlocks: make(map[uint32]uint64),
 		Policy:       a.opts.Policy.String(),
 		MaxStreams:   a.maxStreams,
@@ -373,6 +371,8 @@ func (a *Allocator) Stats() Stats {
 			Allocs:    g.allocs.Load(),
 			LockWaits: g.lockWaits.Load(),
 		}
+		s.CacheHits += g.cacheHits.Load()
+		s.CacheMisses += g.cacheMisses.Load()
 	}
 	for _, g := range a.ags {
 		// Plain Lock, not g.lock: a stats reader is not the allocation
