@@ -41,12 +41,19 @@ type ag struct {
 	// held are extents Trim took out of bno/cnt while its callback runs;
 	// Free and MarkUsed must not touch them.
 	held sortedSet[Extent]
+	// streamBlocks counts blocks ever allocated here per stream id. It
+	// lives in the AG, under the lock allocation already holds, so stream
+	// accounting adds no lock of its own: writers in different AGs share
+	// nothing. Stats sums it over the AGs.
+	streamBlocks map[uint32]uint64
 
 	// free mirrors the blocks in bno; written under mu, read without it so
 	// scans can skip full AGs and stats need no lock.
 	free      atomic.Uint64
 	allocs    atomic.Uint64
 	lockWaits atomic.Uint64
+	// Placement-cache lookups for inodes of this AG (Allocator.Stats).
+	cacheHits, cacheMisses atomic.Uint64
 }
 
 func newAG(index uint32, start, size uint64) *ag {
@@ -57,6 +64,8 @@ func newAG(index uint32, start, size uint64) *ag {
 		bno:   newSortedSet(byBno),
 		cnt:   newSortedSet(byCnt),
 		held:  newSortedSet(byBno),
+
+		streamBlocks: make(map[uint32]uint64),
 	}
 	g.insertFree(Extent{Start: start, Len: size})
 	return g
@@ -160,8 +169,16 @@ func (g *ag) give(start, n uint64) {
 	g.insertFree(merged)
 }
 
+// allocated takes got out of free space and counts it for stream. Caller
+// holds mu.
+func (g *ag) allocated(got Extent, stream uint32) {
+	g.take(got.Start, got.Len)
+	g.streamBlocks[stream] += got.Len
+	g.allocs.Add(1)
+}
+
 // allocAt takes up to n blocks starting exactly at b, if b is free.
-func (g *ag) allocAt(b, n uint64) (Extent, bool) {
+func (g *ag) allocAt(b, n uint64, stream uint32) (Extent, bool) {
 	g.lock()
 	defer g.unlock()
 	e, ok := g.containing(b)
@@ -169,15 +186,14 @@ func (g *ag) allocAt(b, n uint64) (Extent, bool) {
 		return Extent{}, false
 	}
 	got := Extent{Start: b, Len: min(n, e.end()-b)}
-	g.take(got.Start, got.Len)
-	g.allocs.Add(1)
+	g.allocated(got, stream)
 	return got, true
 }
 
 // allocBest takes the smallest free extent of at least n blocks, or the
 // largest one when none is that long (a shorter extent beats spilling to
 // another AG).
-func (g *ag) allocBest(n uint64) (Extent, bool) {
+func (g *ag) allocBest(n uint64, stream uint32) (Extent, bool) {
 	if g.free.Load() == 0 {
 		return Extent{}, false // full: skip the lock
 	}
@@ -190,8 +206,7 @@ func (g *ag) allocBest(n uint64) (Extent, bool) {
 		}
 	}
 	got := Extent{Start: e.Start, Len: min(n, e.Len)}
-	g.take(got.Start, got.Len)
-	g.allocs.Add(1)
+	g.allocated(got, stream)
 	return got, true
 }
 

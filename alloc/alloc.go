@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
-	"sync"
 	"sync/atomic"
 	"syscall"
 
@@ -65,17 +64,16 @@ type Allocator struct {
 	maxStreams uint32
 	ags        []*ag // immutable after New; each AG locks itself
 
-	// cache maps inode -> block after its last allocation. nil when the
-	// placement cache is off. It is a hint only: ristretto admits entries
-	// asynchronously and may drop them.
-	cache  *ristretto.Cache[uint64, uint64]
-	hits   atomic.Uint64
-	misses atomic.Uint64
-
-	// streamMu guards streamBlocks. It is a leaf lock: never held while
-	// taking an ag.mu.
-	streamMu     sync.Mutex
-	streamBlocks map[uint32]uint64 // blocks ever allocated per stream id
+	// cache maps inode -> block after its last allocation that did not
+	// extend the caller's goal. nil when the placement cache is off. It is
+	// a hint only: ristretto admits entries asynchronously and may drop
+	// them. The value is a pointer so that moving an inode's hint is an
+	// atomic store into its entry: ristretto's Set on an existing key
+	// takes a cache-wide lock (its expiration map), so Set runs only when
+	// the inode has no entry. Per-stream block counts live in the AGs
+	// (ag.streamBlocks), so the allocation path holds no allocator-wide
+	// lock. Its hit and miss counters are per AG too (ag.cacheHits).
+	cache *ristretto.Cache[uint64, *atomic.Uint64]
 }
 
 // New makes an allocator where every block is free; the caller then marks
@@ -88,11 +86,10 @@ func New(geo Geometry, opts Options) (*Allocator, error) {
 		return nil, fmt.Errorf("%w: unknown policy %d", ErrInvalid, int(opts.Policy))
 	}
 	a := &Allocator{
-		geo:          geo,
-		opts:         opts,
-		maxStreams:   maxStreams(opts.HWStreams, geo.AGCount),
-		ags:          make([]*ag, geo.AGCount),
-		streamBlocks: make(map[uint32]uint64),
+		geo:        geo,
+		opts:       opts,
+		maxStreams: maxStreams(opts.HWStreams, geo.AGCount),
+		ags:        make([]*ag, geo.AGCount),
 	}
 	for i := range a.ags {
 		start := uint64(i) * geo.AGBlocks
@@ -100,7 +97,7 @@ func New(geo Geometry, opts Options) (*Allocator, error) {
 		a.ags[i] = newAG(uint32(i), start, size)
 	}
 	if opts.PlacementCache {
-		c, err := ristretto.NewCache(&ristretto.Config[uint64, uint64]{
+		c, err := ristretto.NewCache(&ristretto.Config[uint64, *atomic.Uint64]{
 			NumCounters:        cacheCounters,
 			MaxCost:            cacheEntries,
 			BufferItems:        64,
@@ -230,16 +227,27 @@ func (a *Allocator) Alloc(r Request) (Extent, error) {
 	// that too.
 	sameAG := func(b uint64) bool { return b != 0 && b%a.geo.AGBlocks != 0 }
 	if sameAG(r.Goal) {
-		e, ok = a.allocAt(r.Goal, r.Len)
+		if e, ok = a.allocAt(r.Goal, r.Len, r.Stream); ok {
+			// An append that extended the file in place: the caller
+			// passes this extent's end as its next goal, so a hint would
+			// only repeat it (a hint equal to the goal is skipped below).
+			// Not updating the cache keeps ristretto's Set, and the locks
+			// it takes, off the common sequential path.
+			return e, nil
+		}
 	}
-	if !ok && a.cache != nil {
-		if hint, found := a.cache.Get(r.Ino); found && hint != r.Goal {
-			a.hits.Add(1)
+	var entry *atomic.Uint64
+	if a.cache != nil {
+		// Counted in the inode's AG: no counter shared by all writers.
+		home := a.ags[InoAG(r.Ino)%a.geo.AGCount]
+		var found bool
+		if entry, found = a.cache.Get(r.Ino); !found {
+			home.cacheMisses.Add(1)
+		} else if hint := entry.Load(); hint != r.Goal {
+			home.cacheHits.Add(1)
 			if sameAG(hint) {
-				e, ok = a.allocAt(hint, r.Len)
+				e, ok = a.allocAt(hint, r.Len, r.Stream)
 			}
-		} else if !found {
-			a.misses.Add(1)
 		}
 	}
 	if !ok {
@@ -249,21 +257,30 @@ func (a *Allocator) Alloc(r Request) (Extent, error) {
 		return Extent{}, ErrNoSpace
 	}
 	if a.cache != nil {
-		// May be dropped by admission; the next Alloc then falls back.
-		a.cache.Set(r.Ino, e.end(), 1)
+		a.setHint(r.Ino, entry, e.end())
 	}
-	a.streamMu.Lock()
-	a.streamBlocks[r.Stream] += e.Len
-	a.streamMu.Unlock()
 	return e, nil
 }
 
+// setHint records b as the inode's placement hint: in place when the inode
+// has an entry (an atomic store, no cache lock), else by adding one, which
+// ristretto's admission may drop; the next Alloc then just falls back.
+func (a *Allocator) setHint(ino uint64, entry *atomic.Uint64, b uint64) {
+	if entry != nil {
+		entry.Store(b)
+		return
+	}
+	entry = new(atomic.Uint64)
+	entry.Store(b)
+	a.cache.Set(ino, entry, 1)
+}
+
 // allocAt extends exactly at block b, within the AG that holds b only.
-func (a *Allocator) allocAt(b, n uint64) (Extent, bool) {
+func (a *Allocator) allocAt(b, n uint64, stream uint32) (Extent, bool) {
 	if b >= a.geo.TotalBlocks {
 		return Extent{}, false
 	}
-	return a.ags[b/a.geo.AGBlocks].allocAt(b, n)
+	return a.ags[b/a.geo.AGBlocks].allocAt(b, n, stream)
 }
 
 // allocPolicy tries the policy's AG set starting at the target AG, then
@@ -275,7 +292,7 @@ func (a *Allocator) allocPolicy(r Request) (Extent, bool) {
 	k := InoAGino(r.Ino) % size
 	for i := range size {
 		agi := (uint64(first) + uint64((k+i)%size)) % uint64(nags)
-		if e, ok := a.ags[agi].allocBest(r.Len); ok {
+		if e, ok := a.ags[agi].allocBest(r.Len, r.Stream); ok {
 			return e, true
 		}
 	}
@@ -285,7 +302,7 @@ func (a *Allocator) allocPolicy(r Request) (Extent, bool) {
 		if (agi+uint64(nags)-uint64(first))%uint64(nags) < uint64(size) {
 			continue // in the set: tried above
 		}
-		if e, ok := a.ags[agi].allocBest(r.Len); ok {
+		if e, ok := a.ags[agi].allocBest(r.Len, r.Stream); ok {
 			return e, true
 		}
 	}
@@ -299,77 +316,6 @@ func (a *Allocator) FreeBlocks() uint64 {
 		n += g.free.Load()
 	}
 	return n
-}
-
-// trimPiece bounds how much free space Trim holds at once (in blocks), so
-// a long discard never starves allocation in its AG.
-const trimPiece = 8192
-
-// Trim calls fn for free extents >= minLen, AG by AG in block order, in
-// pieces of at most trimPiece blocks; while fn runs the piece is held out
-// of the free space so nothing allocates it. It stops at the first error
-// from fn, still returning the held piece to free space, and reports the
-// blocks fn handled successfully.
-func (a *Allocator) Trim(minLen uint64, fn func(Extent) error) (trimmed uint64, err error) {
-	minLen = max(minLen, 1)
-	for _, g := range a.ags {
-		for cursor := g.start; ; {
-			var piece Extent
-			g.lock()
-			// A piece given back merges with its neighbours, so the cursor
-			// may sit inside a free extent: trim on from there.
-			if e, ok := g.containing(cursor); ok && e.Len >= minLen && e.end() > cursor {
-				piece = Extent{Start: cursor, Len: min(e.end()-cursor, trimPiece)}
-			} else {
-				g.bno.ascend(Extent{Start: cursor}, func(e Extent) bool {
-					if e.Len < minLen {
-						return true
-					}
-					piece = Extent{Start: e.Start, Len: min(e.Len, trimPiece)}
-					return false
-				})
-			}
-			if piece.Len == 0 {
-				g.unlock()
-				break
-			}
-			g.take(piece.Start, piece.Len)
-			g.held.insert(piece)
-			g.unlock()
-
-			// fn (a discard, typically) runs unlocked.
-			ferr := fn(piece)
-
-			g.lock()
-			g.held.delete(piece)
-			g.give(piece.Start, piece.Len)
-			g.unlock()
-			if ferr != nil {
-				return trimmed, fmt.Errorf("alloc: trim %d+%d in AG %d: %w", piece.Start, piece.Len, g.index, ferr)
-			}
-			trimmed += piece.Len
-			cursor = piece.end()
-		}
-	}
-	return trimmed, nil
-}
-
-// ForEachFree visits every free extent in block order (fsck, tests).
-// Extents Trim holds at that moment are not visited. fn runs without any
-// allocator lock held, on a per-AG snapshot.
-func (a *Allocator) ForEachFree(fn func(Extent)) {
-	for _, g := range a.ags {
-		g.lock()
-		snap := make([]Extent, 0, g.bno.len())
-		g.bno.all(func(e Extent) bool {
-			snap = append(snap, e)
-			return true
-		})
-		g.unlock()
-		for _, e := range snap {
-			fn(e)
-		}
-	}
 }
 
 // Check verifies the free-space index of every AG: both indexes agree,
@@ -412,8 +358,6 @@ type Stats struct {
 func (a *Allocator) Stats() Stats {
 	s := Stats{
 		AGs:          make([]AGStats, len(a.ags)),
-		CacheHits:    a.hits.Load(),
-		CacheMisses:  a.misses.Load(),
 		StreamBlocks: make(map[uint32]uint64),
 		Policy:       a.opts.Policy.String(),
 		MaxStreams:   a.maxStreams,
@@ -427,11 +371,17 @@ func (a *Allocator) Stats() Stats {
 			Allocs:    g.allocs.Load(),
 			LockWaits: g.lockWaits.Load(),
 		}
+		s.CacheHits += g.cacheHits.Load()
+		s.CacheMisses += g.cacheMisses.Load()
 	}
-	a.streamMu.Lock()
-	for k, v := range a.streamBlocks {
-		s.StreamBlocks[k] = v
+	for _, g := range a.ags {
+		// Plain Lock, not g.lock: a stats reader is not the allocation
+		// contention LockWaits counts.
+		g.mu.Lock()
+		for k, v := range g.streamBlocks {
+			s.StreamBlocks[k] += v
+		}
+		g.mu.Unlock()
 	}
-	a.streamMu.Unlock()
 	return s
 }

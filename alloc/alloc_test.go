@@ -13,7 +13,10 @@ import (
 
 func freeList(a *Allocator) []Extent {
 	var l []Extent
-	a.ForEachFree(func(e Extent) { l = append(l, e) })
+	a.FreeExtentsIn(0, ^uint64(0), 1, func(e Extent) bool {
+		l = append(l, e)
+		return true
+	})
 	return l
 }
 
@@ -383,10 +386,9 @@ func TestTrimHoldsExtents(t *testing.T) {
 // overlapsFreeSpace reports whether any free extent overlaps e.
 func overlapsFreeSpace(a *Allocator, e Extent) bool {
 	found := false
-	a.ForEachFree(func(f Extent) {
-		if f.Start < e.Start+e.Len && e.Start < f.Start+f.Len {
-			found = true
-		}
+	a.FreeExtentsIn(e.Start, e.Len, 1, func(Extent) bool {
+		found = true
+		return false
 	})
 	return found
 }
@@ -423,7 +425,7 @@ func TestPlacementCache(t *testing.T) {
 		t.Fatalf("goal alloc consulted the cache: %+v", s2)
 	}
 	// A stale hint (block now used) falls through to the policy.
-	a.cache.Set(ino, 3001, 1)
+	a.setHint(ino, nil, 3001)
 	a.cache.Wait()
 	e3, err := a.Alloc(Request{Ino: ino, Len: 5})
 	if err != nil || e3.Start == 3001 {
@@ -433,6 +435,49 @@ func TestPlacementCache(t *testing.T) {
 	if s := off.Stats(); s.CacheHits != 0 || s.CacheMisses != 0 {
 		t.Fatalf("cache off counted lookups: %+v", s)
 	}
+}
+
+// Once an inode has a cache entry, its hint moves by an atomic store in
+// the entry: the next Alloc sees it at once, with no ristretto Set (whose
+// admission is asynchronous) in between.
+func TestPlacementCacheInPlace(t *testing.T) {
+	geo := Geometry{AGCount: 4, AGBlocks: 1000, TotalBlocks: 4000}
+	a := newTest(t, geo, Options{Policy: PolicyStreams, PlacementCache: true})
+	ino := MakeIno(0, 7) // generic AG set: AG 0 + 7%2 = AG 1
+	e, err := a.Alloc(Request{Ino: ino, Len: 10})
+	if err != nil || e.Start != 1000 {
+		t.Fatalf("first alloc %v, %v; want 1000+10", e, err)
+	}
+	a.cache.Wait()
+	// Leave a 10-block hole far away: best fit would pick it, the hint not.
+	if err := a.MarkUsed(1500, 500); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Free(1600, 10); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		next, err := a.Alloc(Request{Ino: ino, Len: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if next.Start != e.end() {
+			t.Fatalf("alloc %d: %v does not follow %v: hint not updated in place", i, next, e)
+		}
+		e = next
+	}
+	if s := a.Stats(); s.CacheHits != 5 || s.CacheMisses != 1 {
+		t.Fatalf("hits %d misses %d, want 5 and 1", s.CacheHits, s.CacheMisses)
+	}
+	// An append at its goal leaves the hint alone (it would repeat the goal).
+	g, err := a.Alloc(Request{Ino: ino, Goal: e.end(), Len: 10})
+	if err != nil || g.Start != e.end() {
+		t.Fatalf("goal alloc %v, %v", g, err)
+	}
+	if entry, ok := a.cache.Get(ino); !ok || entry.Load() != e.end() {
+		t.Fatalf("goal extension moved the hint")
+	}
+	mustCheck(t, a)
 }
 
 func TestStatsJSON(t *testing.T) {

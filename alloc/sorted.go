@@ -163,3 +163,18 @@ func (s *sortedSet[T]) all(fn func(T) bool) {
 		}
 	}
 }
+
+// setSorted replaces the contents with items, which must be sorted and
+// distinct; the set takes ownership of the slice. It builds half-full
+// chunks in one pass, so loading n items costs O(n) instead of n inserts.
+func (s *sortedSet[T]) setSorted(items []T) {
+	const fill = chunkMax / 2 // room to grow before the first split
+	s.chunks = make([][]T, 0, (len(items)+fill-1)/fill)
+	for i := 0; i < len(items); i += fill {
+		j := min(i+fill, len(items))
+		// Full slice expression: an insert into a chunk reallocates it
+		// rather than writing over the next chunk's items.
+		s.chunks = append(s.chunks, items[i:j:j])
+	}
+	s.n = len(items)
+}

@@ -85,3 +85,44 @@ func TestSortedSetModel(t *testing.T) {
 		t.Fatal("last() on empty set")
 	}
 }
+
+// A set loaded with setSorted shares one backing array among its chunks:
+// inserts and deletes must not write across chunk boundaries.
+func TestSortedSetBulkLoad(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	var model []int
+	for x := 0; x < 20000; x += 3 {
+		model = append(model, x)
+	}
+	s := newSortedSet(lessInt)
+	s.setSorted(slices.Clone(model))
+	if len(s.chunks) < 2 {
+		t.Fatalf("%d chunks for %d items", len(s.chunks), len(model))
+	}
+	for op := range 6000 {
+		x := rng.IntN(20000)
+		i, found := slices.BinarySearch(model, x)
+		if op%2 == 0 {
+			s.insert(x)
+			if !found {
+				model = slices.Insert(model, i, x)
+			}
+		} else {
+			s.delete(x)
+			if found {
+				model = slices.Delete(model, i, i+1)
+			}
+		}
+		if op%100 == 0 || op == 5999 {
+			var all []int
+			s.all(func(x int) bool { all = append(all, x); return true })
+			if !slices.Equal(all, model) || s.len() != len(model) {
+				t.Fatalf("op %d: set differs from the model", op)
+			}
+		}
+	}
+	s.setSorted(nil)
+	if s.len() != 0 || len(s.chunks) != 0 {
+		t.Fatal("setSorted(nil) left items")
+	}
+}
