@@ -545,7 +545,7 @@ func (s *Store) Rename(oldDir *Inode, oldName string, newDir *Inode, newName str
 			unlock()
 			continue
 		}
-		err := s.renameLocked(oldDir, oldName, newDir, newName, src, dst, flags)
+		err = s.renameLocked(oldDir, oldName, newDir, newName, src, dst, flags)
 		unlock()
 		return err
 	}
