@@ -215,7 +215,7 @@ func DecodeSuper(b []byte) (*Super, error) {
 	}
 	copy(s.UUID[:], b[88:104])
 	copy(s.Label[:], b[112:144])
-	if s.Version < Version {
+	if s.Version != 0 && s.Version < Version {
 		return nil, fmt.Errorf("on-disk format version %d is no longer supported (this build reads version %d; re-create it with streamfs mkfs): %w",
 			s.Version, Version, ErrOldFormat)
 	}

@@ -356,9 +356,13 @@ func (t *txn) add(start int) {
 	t.err = format.DecodeRecords(t.e.Buf[start:], func(r *format.Record) error { return t.s.apply(r, &t.freed) })
 }
 
-func (t *txn) inode(a *format.InodeRec)          { n := len(t.e.Buf); t.e.Inode(a); t.add(n) }
-func (t *txn) free(ino uint64)                   { n := len(t.e.Buf); t.e.Free(ino); t.add(n) }
-func (t *txn) unlink(parent uint64, name string) { n := len(t.e.Buf); t.e.Unlink(parent, name); t.add(n) }
+func (t *txn) inode(a *format.InodeRec) { n := len(t.e.Buf); t.e.Inode(a); t.add(n) }
+func (t *txn) free(ino uint64)          { n := len(t.e.Buf); t.e.Free(ino); t.add(n) }
+func (t *txn) unlink(parent uint64, name string) {
+	n := len(t.e.Buf)
+	t.e.Unlink(parent, name)
+	t.add(n)
+}
 func (t *txn) link(parent, ino uint64, mode uint32, name string) {
 	n := len(t.e.Buf)
 	t.e.Link(parent, ino, mode, name)

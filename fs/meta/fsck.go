@@ -90,8 +90,9 @@ func Fsck(dev backend.Device, opts FsckOptions) (*FsckReport, error) {
 	s := newStore(dev, sb, Options{Logger: log}, !opts.Repair)
 	f.s = s
 	defer s.closeCaches()
+	badCommit := false
 	s.badCommit = func(err error) {
-		f.problem(false, "%v: the journal ends before it", err)
+		badCommit = f.problem(true, "%v: the journal ends before it", err)
 	}
 	h, commits, _, err := s.load(true)
 	if err != nil {
@@ -111,6 +112,12 @@ func Fsck(dev backend.Device, opts FsckOptions) (*FsckReport, error) {
 		if err := WriteSuper(dev, sb); err != nil {
 			return nil, fmt.Errorf("rewriting superblocks: %w", err)
 		}
+	}
+	if badCommit {
+		// The commits after the bad one are still in the journal: start the
+		// sequence far beyond them so replay never reaches any of them.
+		s.j.openTx += 1 << 32
+		f.fixes++
 	}
 	if f.fixes > 0 {
 		if err := s.checkpoint(); err != nil {

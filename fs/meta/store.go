@@ -310,12 +310,18 @@ func (s *Store) load(recover bool) (h *format.CkptHeader, commits, records int, 
 	}
 	// First pass: keep every block the journal maps away from the tree
 	// nodes that replay allocates. Second pass: apply.
-	if _, _, err := s.replay(h, func(r *format.Record) error {
+	bc := s.badCommit
+	if bc != nil {
+		s.badCommit = func(error) {} // reported by the second pass
+	}
+	_, _, err = s.replay(h, func(r *format.Record) error {
 		if r.Type == format.RecMap {
 			s.reserve(r.PBlk, r.Len)
 		}
 		return nil
-	}); err != nil {
+	})
+	s.badCommit = bc
+	if err != nil {
 		return nil, 0, 0, err
 	}
 	var freed []alloc.Extent
@@ -641,4 +647,3 @@ func (s *Store) clearDirty() []*Inode {
 	s.dirty = make(map[*Inode]struct{})
 	return cleared
 }
-

@@ -179,6 +179,14 @@ func (s *Store) Statfs() Statfs {
 		pending += e.Len
 	}
 	s.j.mu.Unlock()
+	// Old copies of tree nodes come back at the next checkpoint.
+	s.nodeMu.Lock()
+	for _, e := range s.nodeEv {
+		if !e.alloc {
+			pending++
+		}
+	}
+	s.nodeMu.Unlock()
 	var used uint64
 	for i := range s.ags {
 		s.ags[i].mu.Lock()
