@@ -80,7 +80,7 @@ func errno(err error) syscall.Errno {
 		return e
 	}
 	if errors.Is(err, meta.ErrJournalFailed) {
-		return syscall.EROFS
+		return syscall.EIO // shut down after a metadata write error
 	}
 	return syscall.EIO
 }
@@ -292,8 +292,12 @@ func (n *Node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 
 // Listxattr implements gofs.NodeListxattrer.
 func (n *Node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	names, err := n.fs.Store.Listxattr(n.in)
+	if err != nil {
+		return 0, errno(err)
+	}
 	var b []byte
-	for _, name := range n.fs.Store.Listxattr(n.in) {
+	for _, name := range names {
 		b = append(append(b, name...), 0)
 	}
 	if len(dest) < len(b) {

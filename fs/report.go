@@ -77,7 +77,11 @@ func bmapDoc(st *meta.Store, in *meta.Inode) ([]byte, error) {
 	bs := uint64(st.Super().BlockSize)
 	agBlocks := st.Super().AGBlocks
 	doc := BmapDoc{BlockSize: uint32(bs), Extents: []BmapExtent{}}
-	for _, e := range in.Extents() {
+	exts, err := st.Extents(in)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range exts {
 		doc.Extents = append(doc.Extents, BmapExtent{
 			Offset: e.LBlk * bs, Length: e.Len * bs, Block: e.PBlk,
 			AG: uint32(e.PBlk / agBlocks), Stream: e.Stream, Unwritten: e.Unwritten(),

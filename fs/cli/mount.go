@@ -27,7 +27,7 @@ type mountOpts struct {
 	placement                      alloc.Policy
 	cache                          bool
 	backend                        string
-	errorsContinue                 bool
+	cacheBytes                     int64
 	commit                         time.Duration
 	logFile                        string
 }
@@ -84,14 +84,17 @@ func parseMountOpts(list []string) (mountOpts, error) {
 				}
 				o.backend = v
 			case k == "errors" && hasV:
-				switch v {
-				case "remount-ro":
-					o.errorsContinue = false
-				case "continue":
-					o.errorsContinue = true
-				default:
-					return o, fmt.Errorf("-o errors=%s: want remount-ro or continue", v)
+				// A failed metadata write always shuts the filesystem down
+				// (as XFS): retrying could build on a write that half landed.
+				if v != "shutdown" && v != "remount-ro" {
+					return o, fmt.Errorf("-o errors=%s: only errors=shutdown is supported (a failed metadata write shuts the filesystem down)", v)
 				}
+			case k == "cache_size" && hasV:
+				n, err := ParseSize(v)
+				if err != nil || n < 1<<20 {
+					return o, fmt.Errorf("-o cache_size=%s: want a size of at least 1M (K, M, G suffixes)", v)
+				}
+				o.cacheBytes = n
 			case k == "log" && hasV:
 				o.logFile = v
 			case k == "commit" && hasV:
@@ -234,7 +237,7 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 	}
 	store, err := meta.Open(dev, meta.Options{
 		ReadOnly: o.ro, Discard: o.discard, Policy: o.placement, PlacementCache: o.cache,
-		CommitInterval: o.commit, ErrorsContinue: o.errorsContinue, Logger: log,
+		CommitInterval: o.commit, CacheBytes: o.cacheBytes, Logger: log,
 	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)

@@ -98,7 +98,7 @@ var (
 )
 
 const (
-	Version   = 1
+	Version   = 2
 	SuperSize = 512
 	// ReservedBytes at the start hold only the primary superblock.
 	ReservedBytes = 64 << 10
@@ -109,6 +109,8 @@ const (
 	// MaxAGCount bounds the AG count (inode numbers keep the AG in 32 bits,
 	// and per-AG state is kept in memory).
 	MaxAGCount = 4096
+	// MinBlockSize: a tree node must hold several 255-byte names.
+	MinBlockSize = 4096
 )
 
 // Feature bits. None are defined yet; the masks say which bits this
@@ -124,6 +126,9 @@ var ErrCorrupt = errors.New("corrupt metadata")
 
 // ErrNotStreamfs means the magic is not ours (a foreign or blank device).
 var ErrNotStreamfs = errors.New("not a streamfs filesystem")
+
+// ErrOldFormat means an image of an earlier on-disk format version.
+var ErrOldFormat = errors.New("filesystem uses an old on-disk format")
 
 // ErrNewerFormat means incompat feature bits or a version this build does not know.
 var ErrNewerFormat = errors.New("filesystem uses a newer on-disk format")
@@ -210,6 +215,10 @@ func DecodeSuper(b []byte) (*Super, error) {
 	}
 	copy(s.UUID[:], b[88:104])
 	copy(s.Label[:], b[112:144])
+	if s.Version != 0 && s.Version < Version {
+		return nil, fmt.Errorf("on-disk format version %d is no longer supported (this build reads version %d; re-create it with streamfs mkfs): %w",
+			s.Version, Version, ErrOldFormat)
+	}
 	if s.Version > Version || s.Incompat&^IncompatSupported != 0 {
 		return nil, fmt.Errorf("version %d, incompat features %#x (this build knows version %d, features %#x): %w",
 			s.Version, s.Incompat, Version, IncompatSupported, ErrNewerFormat)
@@ -232,7 +241,7 @@ func (s *Super) Validate() error {
 	if s.Version == 0 {
 		return bad("version 0")
 	}
-	if s.BlockSize < 512 || s.BlockSize > 65536 || s.BlockSize&(s.BlockSize-1) != 0 {
+	if s.BlockSize < MinBlockSize || s.BlockSize > 65536 || s.BlockSize&(s.BlockSize-1) != 0 {
 		return bad("block size %d", s.BlockSize)
 	}
 	if s.AGCount == 0 || s.AGCount > MaxAGCount {

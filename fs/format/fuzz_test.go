@@ -46,7 +46,7 @@ func encodeRecord(e *Encoder, r *Record) {
 	case RecFree:
 		e.Free(r.Ino)
 	case RecLink:
-		e.Link(r.Parent, r.Ino, r.Name)
+		e.Link(r.Parent, r.Ino, r.Mode, r.Name)
 	case RecUnlink:
 		e.Unlink(r.Parent, r.Name)
 	case RecMap:
@@ -122,12 +122,12 @@ func TestRecordValidation(t *testing.T) {
 		"type zero":         body(0, nil),
 		"trailing bytes":    body(RecFree, append(u64(1), 0)),
 		"truncated body":    body(RecMap, u64(1, 2, 3)),
-		"empty name":        rec(func(e *Encoder) { e.Link(1, 2, "") }),
+		"empty name":        rec(func(e *Encoder) { e.Link(1, 2, 0o100000, "") }),
 		"dot name":          rec(func(e *Encoder) { e.Unlink(1, ".") }),
-		"dotdot name":       rec(func(e *Encoder) { e.Link(1, 2, "..") }),
-		"slash in name":     rec(func(e *Encoder) { e.Link(1, 2, "a/b") }),
-		"NUL in name":       rec(func(e *Encoder) { e.Link(1, 2, "a\x00b") }),
-		"long name":         rec(func(e *Encoder) { e.Link(1, 2, strings.Repeat("x", MaxNameLen+1)) }),
+		"dotdot name":       rec(func(e *Encoder) { e.Link(1, 2, 0o100000, "..") }),
+		"slash in name":     rec(func(e *Encoder) { e.Link(1, 2, 0o100000, "a/b") }),
+		"NUL in name":       rec(func(e *Encoder) { e.Link(1, 2, 0o100000, "a\x00b") }),
+		"long name":         rec(func(e *Encoder) { e.Link(1, 2, 0o100000, strings.Repeat("x", MaxNameLen+1)) }),
 		"long target":       rec(func(e *Encoder) { e.Inode(&InodeRec{Ino: 1, Target: strings.Repeat("x", MaxTargetLen+1)}) }),
 		"huge size":         rec(func(e *Encoder) { e.Inode(&InodeRec{Ino: 1, Size: 1<<62 + 1}) }),
 		"empty extent":      rec(func(e *Encoder) { e.Map(1, 0, 0, 100, 0, 0) }),
@@ -243,7 +243,7 @@ func FuzzDecodeSuper(f *testing.F) {
 	sb := testSuper(f)
 	f.Add(sb.Encode())
 	for _, size := range []int64{32 << 20, 5 << 40} {
-		s, err := NewSuper(MkfsParams{SizeBytes: size, BlockSize: 512})
+		s, err := NewSuper(MkfsParams{SizeBytes: size, BlockSize: 4096})
 		if err != nil {
 			f.Fatal(err)
 		}

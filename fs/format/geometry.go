@@ -19,17 +19,17 @@ func clamp(v, lo, hi uint64) uint64 { return max(lo, min(v, hi)) }
 // NewSuper computes the geometry of a new filesystem.
 //
 // AG count: mkfs.xfs gives a single disk 4 AGs, and AGs of 1 TiB above
-// 4 TiB; AGs are never smaller than MinAGBytes. The metadata area gets
-// about 1/128 of the device for the journal (2 MiB..128 MiB) and 1/64 for
-// each checkpoint slot (2 MiB..512 MiB): the checkpoint must hold all
-// metadata, so it bounds the number of files.
+// 4 TiB; AGs are never smaller than MinAGBytes. The fixed metadata area is
+// the journal (about 1/128 of the device, 2 MiB..128 MiB) and two small
+// checkpoint slots (the AG tree roots); every other metadata block is
+// allocated from AG space, so the number of files is bounded by space only.
 func NewSuper(p MkfsParams) (*Super, error) {
 	bs := p.BlockSize
 	if bs == 0 {
 		bs = 4096
 	}
-	if bs < 512 || bs > 65536 || bs&(bs-1) != 0 {
-		return nil, fmt.Errorf("block size %d: must be a power of two from 512 to 65536", bs)
+	if bs < MinBlockSize || bs > 65536 || bs&(bs-1) != 0 {
+		return nil, fmt.Errorf("block size %d: must be a power of two from %d to 65536", bs, MinBlockSize)
 	}
 	total := uint64(p.SizeBytes) / uint64(bs)
 	size := total * uint64(bs)
@@ -60,7 +60,8 @@ func NewSuper(p MkfsParams) (*Super, error) {
 	mib := uint64(1<<20) / uint64(bs)
 	reserved := max(uint64(ReservedBytes)/uint64(bs), 1)
 	journal := clamp(total/128, 2*mib, 128*mib)
-	ckpt := clamp(total/64, 2*mib, 512*mib)
+	// A checkpoint slot holds a header block and the AG tree roots.
+	ckpt := 1 + (agc*8+uint64(bs)-1)/uint64(bs)
 	s := &Super{
 		Version:       Version,
 		BlockSize:     bs,

@@ -18,9 +18,11 @@ import (
 //	RecInode     ino u64, mode u32, uid u32, gid u32, nlink u32, size u64,
 //	             atime i64, mtime i64, ctime i64, btime i64 (unix ns),
 //	             flags u32, stream u32, rdev u32, parent u64, gen u32,
+//	             blocks u64 (device blocks mapped), stream source u8,
 //	             target string (symlinks)
 //	RecFree      ino u64                      inode and its extents are gone
-//	RecLink      parent u64, ino u64, name     directory entry added/replaced
+//	RecLink      parent u64, ino u64, mode u32, name   directory entry added/replaced
+//	             (mode: the child's type bits, kept in the entry for readdir)
 //	RecUnlink    parent u64, name             directory entry removed
 //	RecMap       ino u64, lblk u64, len u64, pblk u64, flags u32, stream u32
 //	             file blocks [lblk, lblk+len) now map to pblk.. (replacing
@@ -31,7 +33,8 @@ import (
 //	RecAG        ag u32, next agino u32       inode-number allocator state
 //	RecRotor     rotor u32                    next AG for a new directory
 //
-// Freed blocks are not recorded: free space is everything no extent maps.
+// Freed blocks are not recorded: applying RecMap, RecPunch and RecFree to
+// the trees moves the blocks they release into the free-space records.
 const (
 	RecInode    = 1
 	RecFree     = 2
@@ -64,8 +67,18 @@ type InodeRec struct {
 	Mode, UID, GID, Nlink      uint32
 	Atime, Mtime, Ctime, Btime int64
 	Flags, Stream, Rdev, Gen   uint32
+	Blocks                     uint64 // device blocks the file maps
+	StreamSrc                  uint8  // where Stream came from (StreamSrc*)
 	Target                     string
 }
+
+// Where an inode's stream id came from.
+const (
+	StreamSrcNone = 0 // no stream
+	StreamSrcSet  = 1 // FS_IOC_WRITE_STREAM SET
+	StreamSrcDir  = 2 // inherited from the parent directory
+	StreamSrcRule = 3 // a stream rule matched the name at create
+)
 
 // Record is one decoded record; Type says which fields are meaningful.
 type Record struct {
@@ -80,6 +93,7 @@ type Record struct {
 	PBlk   uint64   // RecMap
 	Flags  uint32   // RecMap
 	Stream uint32   // RecMap
+	Mode   uint32   // RecLink: child's type
 	AG     uint32   // RecAG
 	Next   uint32   // RecAG, RecRotor
 }
@@ -117,6 +131,8 @@ func (e *Encoder) Inode(r *InodeRec) {
 	e.u32(r.Rdev)
 	e.u64(r.Parent)
 	e.u32(r.Gen)
+	e.u64(r.Blocks)
+	e.u8(r.StreamSrc)
 	e.str(r.Target)
 	e.end(s)
 }
@@ -125,10 +141,11 @@ func (e *Encoder) Inode(r *InodeRec) {
 func (e *Encoder) Free(ino uint64) { s := e.begin(RecFree); e.u64(ino); e.end(s) }
 
 // Link appends a RecLink.
-func (e *Encoder) Link(parent, ino uint64, name string) {
+func (e *Encoder) Link(parent, ino uint64, mode uint32, name string) {
 	s := e.begin(RecLink)
 	e.u64(parent)
 	e.u64(ino)
+	e.u32(mode & 0o170000)
 	e.str(name)
 	e.end(s)
 }
@@ -203,6 +220,13 @@ func (d *decoder) need(n int) []byte {
 	v := d.b[:n]
 	d.b = d.b[n:]
 	return v
+}
+
+func (d *decoder) u8() uint8 {
+	if v := d.need(1); v != nil {
+		return v[0]
+	}
+	return 0
 }
 
 func (d *decoder) u32() uint32 {
@@ -299,6 +323,8 @@ func decodeRecord(t uint8, body []byte) (*Record, error) {
 		in.Rdev = d.u32()
 		in.Parent = d.u64()
 		in.Gen = d.u32()
+		in.Blocks = d.u64()
+		in.StreamSrc = d.u8()
 		in.Target = d.str(MaxTargetLen)
 		r.Ino = in.Ino
 		if d.err == nil && in.Size > 1<<62 {
@@ -309,6 +335,7 @@ func decodeRecord(t uint8, body []byte) (*Record, error) {
 	case RecLink:
 		r.Parent = d.u64()
 		r.Ino = d.u64()
+		r.Mode = d.u32()
 		r.Name = d.name()
 	case RecUnlink:
 		r.Parent = d.u64()

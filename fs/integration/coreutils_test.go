@@ -256,14 +256,16 @@ func TestCoreutils(t *testing.T) {
 		t.Errorf("root after rm: %v %v", names, err)
 	}
 	// Everything was freed: the filesystem is back to its initial usage.
-	if free := statfs(t, m.dir).Bfree; free != free0 {
+	// Everything was freed but the metadata trees, which may keep a few
+	// more nodes than a fresh filesystem.
+	if free := statfs(t, m.dir).Bfree; !nearlyFree(free, free0) {
 		t.Errorf("free blocks after removing everything: %d, at mount %d", free, free0)
 	}
 	m = m.remount(t)
 	if names, err := os.ReadDir(m.dir); err != nil || len(names) != 0 {
 		t.Errorf("root after remount: %v %v", names, err)
 	}
-	if free := statfs(t, m.dir).Bfree; free != free0 {
+	if free := statfs(t, m.dir).Bfree; !nearlyFree(free, free0) {
 		t.Errorf("free blocks after remount: %d, at first mount %d", free, free0)
 	}
 }

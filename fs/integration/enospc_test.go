@@ -98,7 +98,13 @@ func TestENOSPC(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if st := statfs(t, m.dir); st.Bfree != st0.Bfree {
+	if st := statfs(t, m.dir); !nearlyFree(st.Bfree, st0.Bfree) {
 		t.Errorf("free blocks after removing everything: %d, fresh %d", st.Bfree, st0.Bfree)
 	}
+}
+
+// nearlyFree says free space is back to fresh within what the metadata
+// trees may keep: nodes emptied by deletes are not all merged away.
+func nearlyFree(free, fresh uint64) bool {
+	return free <= fresh && fresh-free <= 64+fresh/1000
 }

@@ -3,260 +3,212 @@ package meta
 import (
 	"errors"
 	"fmt"
-	"sort"
-	"syscall"
+	"slices"
+
+	"go.uber.org/zap"
 
 	"github.com/streamfs/streamfs/alloc"
 	"github.com/streamfs/streamfs/fs/format"
+	"github.com/streamfs/streamfs/fs/meta/tree"
 )
 
-// ErrMetaFull means the metadata no longer fits in a checkpoint slot.
-var ErrMetaFull = errors.New("metadata area full")
-
-// encodeState serializes the whole metadata state as records. The caller
-// holds opLock exclusively, so no inode changes underneath.
-func (s *Store) encodeState() []byte {
-	var e format.Encoder
-	for ag := range s.agNext {
-		e.AG(uint32(ag), s.agNext[ag].Load())
-	}
-	e.Rotor(s.rotor.Load())
-	for _, in := range s.itab.all() {
-		e.Inode(&in.attr)
-		names := make([]string, 0, len(in.xattr))
-		for k := range in.xattr {
-			names = append(names, k)
-		}
-		sort.Strings(names)
-		for _, k := range names {
-			e.Xattr(in.attr.Ino, k, in.xattr[k])
-		}
-		for _, x := range in.ext.ext {
-			e.Map(in.attr.Ino, x.LBlk, x.Len, x.PBlk, x.Flags, x.Stream)
-		}
-		for name, ino := range in.dir {
-			e.Link(in.attr.Ino, ino, name)
-		}
-	}
-	return e.Buf
-}
-
-// checkpointLocked writes the whole state to the inactive slot; afterwards
-// the journal is empty. j.commitMu is held.
+// A checkpoint makes the trees durable so the journal before it can be
+// reused:
+//
+//  1. under opLock held exclusively (operations pause, for memcpy time
+//     only): attributes of dirty inodes and the AG counters go into the
+//     trees, node allocations are folded into the free-space records, every
+//     tree's dirty nodes are encoded (tree.Snapshot) and the open journal
+//     transaction is closed — the snapshot contains it;
+//  2. without it: the node blocks are written, the device flushed (data and
+//     nodes before the roots that reach them), the header and roots written
+//     to the inactive slot, the device flushed again;
+//  3. blocks the new checkpoint no longer references (old node copies,
+//     data freed by the closed transaction) go back to the allocator.
+//
+// A failure at any step shuts the filesystem down: the old checkpoint and
+// the journal after it still describe everything acknowledged.
 func (j *journal) checkpointLocked() error {
 	s := j.s
 	if s.readOnly {
 		return nil
 	}
-	s.opLock.Lock()
-	payload := s.encodeState()
-	// The snapshot contains the open transaction's records: close that
-	// transaction here (its records are dropped, its frees wait for this
-	// checkpoint). Replaying it on top of the snapshot could fail: a record
-	// for an inode that a later record of the same transaction freed finds
-	// no inode.
-	j.mu.Lock()
-	tx, txRecs, frees := j.detachLocked()
-	seq := j.openTx
-	j.mu.Unlock()
-	cleared := s.clearDirty()
-	s.opLock.Unlock()
-
-	bs := s.bs
-	maxPayload := (s.sb.CkptBlocks - 1) * bs
-	s.metaFull.Store(uint64(len(payload)) > maxPayload*9/10)
-	s.ckptBytes.Store(uint64(len(payload)))
-	s.j.sinceCkpt.Store(0)
-	err := j.writeCheckpoint(payload, seq)
-	if err != nil {
-		// The old checkpoint and the journal are untouched: put back what
-		// this one was to contain, so a later commit retries it.
-		j.requeue(tx, txRecs, frees)
-		s.redirty(cleared)
-		return j.fail(err)
+	if j.failed.Load() {
+		return ErrJournalFailed
 	}
-	j.succeeded()
+	s.opLock.Lock()
+	writes, roots, released, err := s.snapshotLocked()
+	tx, _, frees := j.detachLocked()
+	seq := j.openTx
+	_ = tx
+	s.opLock.Unlock()
+	if err != nil {
+		return s.shutdown(fmt.Errorf("preparing checkpoint: %w", err))
+	}
+	if err := j.writeCheckpoint(writes, roots, seq); err != nil {
+		return s.shutdown(err)
+	}
+	for _, t := range s.trees {
+		t.Written()
+	}
 	j.ckptSeq++
 	j.ckptSlot = 1 - j.ckptSlot
 	j.used = 0
 	if j.committed.Load() < seq {
 		j.committed.Store(seq)
 	}
+	for _, b := range released {
+		frees = append(frees, alloc.Extent{Start: b, Len: 1})
+	}
 	j.release(frees)
 	s.stats.checkpoints.Add(1)
+	var n uint64
+	for _, w := range writes {
+		n += uint64(len(w.Data))
+	}
+	s.ckptBytes.Store(n)
 	return nil
 }
 
-// writeCheckpoint writes payload to the inactive slot with a header that
-// sends replay to journal sequence seq at the current head.
-func (j *journal) writeCheckpoint(payload []byte, seq uint64) error {
+// snapshotLocked prepares a checkpoint's writes. opLock is held exclusively.
+func (s *Store) snapshotLocked() (writes []tree.BlockWrite, roots []uint64, released []uint64, err error) {
+	for _, in := range s.clearDirty() {
+		if in.freed {
+			continue
+		}
+		if err := s.applyInode(&in.attr); err != nil {
+			return nil, nil, nil, fmt.Errorf("inode %d: %w", in.attr.Ino, err)
+		}
+	}
+	if err := s.storeAGs(); err != nil {
+		return nil, nil, nil, err
+	}
+	if released, err = s.foldNodeSpace(); err != nil {
+		return nil, nil, nil, err
+	}
+	roots = make([]uint64, len(s.trees))
+	for ag, t := range s.trees {
+		var w []tree.BlockWrite
+		roots[ag], w = t.Snapshot()
+		writes = append(writes, w...)
+	}
+	return writes, roots, released, nil
+}
+
+// writeCheckpoint writes the node blocks, then the header and roots to the
+// inactive slot, with a header that sends replay to journal sequence seq at
+// the current head.
+func (j *journal) writeCheckpoint(writes []tree.BlockWrite, roots []uint64, seq uint64) error {
 	s := j.s
 	bs := s.bs
-	if maxPayload := (s.sb.CkptBlocks - 1) * bs; uint64(len(payload)) > maxPayload {
-		return fmt.Errorf("checkpoint of %d bytes exceeds slot of %d: %w", len(payload), maxPayload, ErrMetaFull)
+	slices.SortFunc(writes, func(a, b tree.BlockWrite) int {
+		switch {
+		case a.Blk < b.Blk:
+			return -1
+		case a.Blk > b.Blk:
+			return 1
+		}
+		return 0
+	})
+	// Neighbouring blocks go out as one write.
+	for i := 0; i < len(writes); {
+		k := i + 1
+		for k < len(writes) && writes[k].Blk == writes[k-1].Blk+1 && k-i < 256 {
+			k++
+		}
+		buf := writes[i].Data
+		if k-i > 1 {
+			buf = make([]byte, 0, uint64(k-i)*bs)
+			for _, w := range writes[i:k] {
+				buf = append(buf, w.Data...)
+			}
+		}
+		if err := s.dev.WriteAt(buf, int64(writes[i].Blk*bs), 0); err != nil {
+			return fmt.Errorf("checkpoint: writing tree nodes at block %d: %w", writes[i].Blk, err)
+		}
+		i = k
+	}
+	if err := j.flush(); err != nil { // data and nodes before the roots
+		return err
+	}
+	payload := make([]byte, 0, len(roots)*8)
+	for _, r := range roots {
+		payload = append(payload, put64(r)...)
 	}
 	slot := 1 - j.ckptSlot
 	start := s.sb.CkptStart + uint64(slot)*s.sb.CkptBlocks
-	if err := j.flush(); err != nil { // data the state points at comes first
-		return err
-	}
-	if len(payload) > 0 {
-		buf := make([]byte, (uint64(len(payload))+bs-1)/bs*bs)
-		copy(buf, payload)
-		if err := s.dev.WriteAt(buf, int64((start+1)*bs), 0); err != nil {
-			return fmt.Errorf("checkpoint payload: %w", err)
-		}
-	}
 	h := format.CkptHeader{Seq: j.ckptSeq + 1, JournalSeq: seq, JournalPos: j.head,
 		PayloadLen: uint64(len(payload)), PayloadCRC: format.Checksum(payload), UUID: s.sb.UUID}
-	hb := make([]byte, bs)
-	copy(hb, h.Encode())
-	if err := s.dev.WriteAt(hb, int64(start*bs), 0); err != nil {
+	buf := make([]byte, s.sb.CkptBlocks*bs)
+	copy(buf, h.Encode())
+	copy(buf[bs:], payload)
+	if err := s.dev.WriteAt(buf, int64(start*bs), 0); err != nil {
 		return fmt.Errorf("checkpoint header: %w", err)
 	}
 	return j.flush()
 }
 
-// readCheckpoint returns the newest valid checkpoint and its payload.
-func (s *Store) readCheckpoint() (*format.CkptHeader, int, []byte, error) {
+// readCheckpoint returns the newest valid checkpoint, its slot and the AG
+// tree roots it records.
+func (s *Store) readCheckpoint() (*format.CkptHeader, int, []uint64, error) {
 	bs := s.bs
 	maxPayload := (s.sb.CkptBlocks - 1) * bs
 	var best *format.CkptHeader
 	var bestSlot int
-	var bestPayload []byte
+	var bestRoots []uint64
 	var errs []error
 	for slot := 0; slot < 2; slot++ {
 		start := s.sb.CkptStart + uint64(slot)*s.sb.CkptBlocks
-		hb := make([]byte, bs)
-		if err := s.dev.ReadAt(hb, int64(start*bs)); err != nil {
+		buf := make([]byte, s.sb.CkptBlocks*bs)
+		if err := s.dev.ReadAt(buf, int64(start*bs)); err != nil {
 			errs = append(errs, fmt.Errorf("checkpoint slot %d: %w", slot, err))
 			continue
 		}
-		h, err := format.DecodeCkptHeader(hb, s.sb.UUID, maxPayload)
+		h, err := format.DecodeCkptHeader(buf, s.sb.UUID, maxPayload)
 		if err != nil {
 			// A slot never written since mkfs is blank, not corrupt.
-			if !allZero(hb[:format.CkptHeaderSize]) {
+			if !allZero(buf[:format.CkptHeaderSize]) {
 				errs = append(errs, fmt.Errorf("checkpoint slot %d: %w", slot, err))
 			}
+			continue
+		}
+		payload := buf[bs : bs+h.PayloadLen]
+		if format.Checksum(payload) != h.PayloadCRC {
+			errs = append(errs, fmt.Errorf("checkpoint slot %d roots checksum: %w", slot, format.ErrCorrupt))
+			continue
+		}
+		if h.PayloadLen != uint64(s.sb.AGCount)*8 {
+			errs = append(errs, fmt.Errorf("checkpoint slot %d holds %d bytes of roots for %d AGs: %w",
+				slot, h.PayloadLen, s.sb.AGCount, format.ErrCorrupt))
+			continue
+		}
+		roots := make([]uint64, s.sb.AGCount)
+		bad := false
+		for i := range roots {
+			roots[i] = le64(payload[i*8:])
+			if roots[i] != 0 && (roots[i] < s.sb.MetaEnd() || roots[i] >= s.sb.BackupBlock) {
+				bad = true
+			}
+		}
+		if bad {
+			errs = append(errs, fmt.Errorf("checkpoint slot %d: a tree root outside the data area: %w", slot, format.ErrCorrupt))
 			continue
 		}
 		if best != nil && h.Seq <= best.Seq {
 			continue
 		}
-		payload := make([]byte, (h.PayloadLen+bs-1)/bs*bs)
-		if err := s.dev.ReadAt(payload, int64((start+1)*bs)); err != nil {
-			errs = append(errs, fmt.Errorf("checkpoint slot %d payload: %w", slot, err))
-			continue
-		}
-		payload = payload[:h.PayloadLen]
-		if format.Checksum(payload) != h.PayloadCRC {
-			errs = append(errs, fmt.Errorf("checkpoint slot %d payload checksum: %w", slot, format.ErrCorrupt))
-			continue
-		}
-		best, bestSlot, bestPayload = h, slot, payload
+		best, bestSlot, bestRoots = h, slot, roots
 	}
 	if best == nil {
 		return nil, 0, nil, fmt.Errorf("no valid checkpoint: %w", errors.Join(errs...))
 	}
-	if len(errs) > 0 && s.log != nil {
-		s.log.Error("a checkpoint slot is damaged; using the other one — changes after it that the journal no longer holds are lost (run streamfs fsck)",
-			zapErr(errors.Join(errs...)))
+	if len(errs) > 0 {
+		s.ckptDamage = errors.Join(errs...)
+		if s.log != nil {
+			s.log.Warn("a checkpoint slot is damaged; using the other one (streamfs fsck reports it)", zap.Error(s.ckptDamage))
+		}
 	}
-	return best, bestSlot, bestPayload, nil
-}
-
-// apply applies one record to the in-memory state (checkpoint load and
-// journal replay). Records are idempotent "set" operations, so replaying a
-// transaction that is partly contained in the checkpoint is harmless.
-func (s *Store) apply(r *format.Record) error {
-	bad := func(f string, a ...any) error {
-		return fmt.Errorf("record type %d: "+f+": %w", append([]any{r.Type}, append(a, format.ErrCorrupt)...)...)
-	}
-	need := func(ino uint64) (*Inode, error) {
-		in := s.itab.get(ino)
-		if in == nil {
-			return nil, bad("inode %d does not exist", ino)
-		}
-		return in, nil
-	}
-	switch r.Type {
-	case format.RecInode:
-		ag := alloc.InoAG(r.Inode.Ino)
-		if r.Inode.Ino == 0 || ag >= s.sb.AGCount {
-			return bad("inode number %#x", r.Inode.Ino)
-		}
-		in := s.itab.get(r.Inode.Ino)
-		if in == nil {
-			in = &Inode{}
-			in.attr.Ino = r.Inode.Ino
-			s.itab.put(in)
-		}
-		in.attr = r.Inode
-		in.typ = r.Inode.Mode & syscall.S_IFMT
-		if in.IsDir() && in.dir == nil {
-			in.dir = make(map[string]uint64)
-		}
-		s.bumpAGNext(r.Inode.Ino)
-	case format.RecFree:
-		s.itab.del(r.Ino)
-	case format.RecLink:
-		p, err := need(r.Parent)
-		if err != nil {
-			return err
-		}
-		if p.dir == nil {
-			return bad("entry %q in non-directory %d", r.Name, r.Parent)
-		}
-		p.dir[r.Name] = r.Ino
-	case format.RecUnlink:
-		p, err := need(r.Parent)
-		if err != nil {
-			return err
-		}
-		delete(p.dir, r.Name)
-	case format.RecMap:
-		in, err := need(r.Ino)
-		if err != nil {
-			return err
-		}
-		if r.PBlk < s.sb.MetaEnd() || r.PBlk+r.Len > s.sb.BackupBlock {
-			return bad("extent %d+%d outside the data area", r.PBlk, r.Len)
-		}
-		in.ext.set(Extent{LBlk: r.LBlk, Len: r.Len, PBlk: r.PBlk, Flags: r.Flags, Stream: r.Stream})
-	case format.RecPunch:
-		in, err := need(r.Ino)
-		if err != nil {
-			return err
-		}
-		in.ext.punch(r.LBlk, r.Len)
-	case format.RecXattr:
-		in, err := need(r.Ino)
-		if err != nil {
-			return err
-		}
-		if in.xattr == nil {
-			in.xattr = make(map[string][]byte)
-		}
-		in.xattr[r.Name] = r.Value
-	case format.RecXattrDel:
-		in, err := need(r.Ino)
-		if err != nil {
-			return err
-		}
-		delete(in.xattr, r.Name)
-	case format.RecAG:
-		if r.AG >= s.sb.AGCount {
-			return bad("AG %d", r.AG)
-		}
-		if s.agNext[r.AG].Load() < r.Next {
-			s.agNext[r.AG].Store(r.Next)
-		}
-	case format.RecRotor:
-		s.rotor.Store(r.Next)
-	default:
-		return bad("unexpected")
-	}
-	return nil
+	return best, bestSlot, bestRoots, nil
 }
 
 func (s *Store) bumpAGNext(ino uint64) {

@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"sync"
@@ -35,9 +36,12 @@ func (s *Store) Read(in *Inode, p []byte, off int64) (int, error) {
 	bs := int64(s.bs)
 	first := uint64(off / bs)
 	last := uint64((off + int64(len(p)) - 1) / bs)
-	var err error
+	segs, err := s.segments(in, first, last-first+1)
+	if err != nil {
+		return 0, err
+	}
 	// Holes and preallocated pieces read as zeros; only they are cleared.
-	for _, seg := range in.ext.segments(first, last-first+1) {
+	for _, seg := range segs {
 		lo := max(int64(seg.lblk)*bs, off)
 		hi := min(int64(seg.lblk+seg.n)*bs, off+int64(len(p)))
 		if !seg.mapped || seg.ext.Unwritten() {
@@ -118,7 +122,10 @@ func (s *Store) overwrite(in *Inode, p []byte, off int64) (n int, done bool, err
 	}
 	bs := int64(s.bs)
 	first := uint64(off / bs)
-	segs := in.ext.segments(first, uint64((end-1)/bs)-first+1)
+	segs, err := s.segments(in, first, uint64((end-1)/bs)-first+1)
+	if err != nil {
+		return 0, true, err
+	}
 	for _, seg := range segs {
 		if !seg.mapped || seg.ext.Unwritten() {
 			return 0, false, nil
@@ -146,12 +153,11 @@ func (s *Store) killPrivLocked(in *Inode, killSUID bool) {
 			in.attr.Mode &^= syscall.S_ISGID
 		}
 	}
-	if _, ok := in.xattr[xattrCaps]; ok {
-		delete(in.xattr, xattrCaps)
-		var e format.Encoder
-		e.XattrDel(in.attr.Ino, xattrCaps)
-		e.Inode(&in.attr)
-		s.j.append(e.Buf, nil)
+	if _, ok, err := s.getXattr(in, xattrCaps); ok && err == nil {
+		tx := &txn{s: s}
+		tx.xattrDel(in.attr.Ino, xattrCaps)
+		tx.inode(&in.attr)
+		_ = tx.commit()
 	}
 }
 
@@ -171,20 +177,36 @@ type segment struct {
 }
 
 // segments splits file blocks [first, first+n) into mapped pieces and holes.
-func (m *extentMap) segments(first, n uint64) []segment {
+func (s *Store) segments(in *Inode, first, n uint64) ([]segment, error) {
+	exts, err := s.visit(in, first, n)
+	if err != nil {
+		return nil, err
+	}
 	var out []segment
 	cur := first
-	m.visit(first, n, func(e Extent) {
+	for _, e := range exts {
 		if e.LBlk > cur {
 			out = append(out, segment{lblk: cur, n: e.LBlk - cur})
 		}
 		out = append(out, segment{lblk: e.LBlk, n: e.Len, ext: e, mapped: true})
 		cur = e.End()
-	})
+	}
 	if cur < first+n {
 		out = append(out, segment{lblk: cur, n: first + n - cur})
 	}
-	return out
+	return out, nil
+}
+
+// visit returns the extent pieces of in intersecting [lblk, lblk+n), clipped.
+func (s *Store) visit(in *Inode, lblk, n uint64) ([]Extent, error) {
+	exts, err := extentsIn(s.treeFor(in.attr.Ino), in.attr.Ino, lblk, n)
+	if err != nil {
+		return nil, treeErr(err)
+	}
+	for i := range exts {
+		exts[i] = clip(exts[i], lblk, lblk+n)
+	}
+	return exts, nil
 }
 
 // writeLocked does the data part of a write. in.mu is held.
@@ -193,7 +215,11 @@ func (s *Store) writeLocked(in *Inode, p []byte, off int64) (int, error) {
 	end := off + int64(len(p))
 	first := uint64(off / bs)
 	last := uint64((end - 1) / bs)
-	for _, seg := range in.ext.segments(first, last-first+1) {
+	segs, err := s.segments(in, first, last-first+1)
+	if err != nil {
+		return 0, err
+	}
+	for _, seg := range segs {
 		segLo := max(int64(seg.lblk)*bs, off)
 		segHi := min(int64(seg.lblk+seg.n)*bs, end)
 		data := p[segLo-off : segHi-off]
@@ -283,8 +309,7 @@ func (s *Store) fillUnwritten(in *Inode, seg segment, data []byte, at int64) err
 		return s.dataError(in, err)
 	}
 	x := Extent{LBlk: lo, Len: hi - lo, PBlk: pblk, Stream: in.attr.Stream}
-	s.mapLocked(in, x, nil)
-	return nil
+	return s.mapLocked(in, x)
 }
 
 // fillHole allocates blocks for a hole piece, writes them and maps them. It
@@ -309,7 +334,9 @@ func (s *Store) fillHole(in *Inode, seg segment, data []byte, at int64) (int, er
 			_ = s.alloc.Free(x.PBlk, x.Len)
 			return done, s.dataError(in, err)
 		}
-		s.mapLocked(in, x, nil)
+		if err := s.mapLocked(in, x); err != nil {
+			return done, err
+		}
 		done += int(chunkHi - chunkLo)
 		lo += x.Len
 	}
@@ -324,8 +351,19 @@ func (s *Store) allocLocked(in *Inode, lblk, n uint64, flags uint32) (Extent, er
 	if err := s.metaRoom(); err != nil {
 		return Extent{}, err
 	}
+	if s.alloc.FreeBlocks() < s.metaReserve+n {
+		// The reserve keeps room for the metadata that maps data.
+		if serr := s.j.sync(); serr != nil || s.alloc.FreeBlocks() < s.metaReserve+n {
+			if s.alloc.FreeBlocks() <= s.metaReserve {
+				return Extent{}, syscall.ENOSPC
+			}
+			n = s.alloc.FreeBlocks() - s.metaReserve
+		}
+	}
 	req := alloc.Request{Ino: in.attr.Ino, Stream: in.attr.Stream, Len: n}
-	if prev, ok := in.ext.before(lblk); ok && prev.End() <= lblk {
+	if prev, ok, err := extentBefore(s.treeFor(in.attr.Ino), in.attr.Ino, lblk); err != nil {
+		return Extent{}, treeErr(err)
+	} else if ok && prev.End() <= lblk {
 		req.Goal = prev.PBlk + prev.Len + (lblk - prev.End())
 	}
 	e, err := s.alloc.Alloc(req)
@@ -343,35 +381,31 @@ func (s *Store) allocLocked(in *Inode, lblk, n uint64, flags uint32) (Extent, er
 	return Extent{LBlk: lblk, Len: e.Len, PBlk: e.Start, Flags: flags, Stream: in.attr.Stream}, nil
 }
 
-// mapLocked maps x in the file and journals it; blocks it replaces (and
-// extra) are freed after the commit. in.mu is held.
-func (s *Store) mapLocked(in *Inode, x Extent, extra []alloc.Extent) {
-	var e format.Encoder
-	s.opLock.RLock()
-	for _, o := range in.ext.set(x) {
-		extra = append(extra, alloc.Extent{Start: o.PBlk, Len: o.Len})
-	}
-	e.Map(in.attr.Ino, x.LBlk, x.Len, x.PBlk, x.Flags, x.Stream)
-	s.j.append(e.Buf, extra)
-	s.opLock.RUnlock()
+// mapLocked maps x in the file and journals it; blocks it replaces are
+// freed after the commit. The block count changed: the attributes are
+// journaled later with the size. in.mu is held.
+func (s *Store) mapLocked(in *Inode, x Extent) error {
+	tx := s.begin()
+	defer s.opLock.RUnlock()
+	tx.mapExt(in.attr.Ino, x)
+	s.markDirtyLocked(in)
+	return tx.commit()
 }
 
 // punchLocked makes file blocks [lblk, lblk+n) a hole. in.mu is held.
-func (s *Store) punchLocked(in *Inode, lblk, n uint64) {
+func (s *Store) punchLocked(in *Inode, lblk, n uint64) error {
 	if n == 0 {
-		return
+		return nil
 	}
-	var e format.Encoder
-	s.opLock.RLock()
-	var freed []alloc.Extent
-	for _, o := range in.ext.punch(lblk, n) {
-		freed = append(freed, alloc.Extent{Start: o.PBlk, Len: o.Len})
+	exts, err := s.visit(in, lblk, n)
+	if err != nil || len(exts) == 0 {
+		return err
 	}
-	if len(freed) > 0 {
-		e.Punch(in.attr.Ino, lblk, n)
-		s.j.append(e.Buf, freed)
-	}
-	s.opLock.RUnlock()
+	tx := s.begin()
+	defer s.opLock.RUnlock()
+	tx.punch(in.attr.Ino, lblk, n)
+	s.markDirtyLocked(in)
+	return tx.commit()
 }
 
 // zeroRange writes zeros over bytes [lo, hi) that are mapped and written
@@ -383,19 +417,22 @@ func (s *Store) zeroRange(in *Inode, lo, hi int64) error {
 	bs := int64(s.bs)
 	first := uint64(lo / bs)
 	last := uint64((hi - 1) / bs)
-	var err error
-	in.ext.visit(first, last-first+1, func(x Extent) {
-		if err != nil || x.Unwritten() {
-			return
+	exts, err := s.visit(in, first, last-first+1)
+	if err != nil {
+		return err
+	}
+	for _, x := range exts {
+		if x.Unwritten() {
+			continue
 		}
 		a := max(int64(x.LBlk)*bs, lo)
 		b := min(int64(x.End())*bs, hi)
 		dev := int64(x.PBlk)*bs + a - int64(x.LBlk)*bs
 		if werr := s.dev.WriteAt(make([]byte, b-a), dev, in.attr.Stream); werr != nil {
-			err = s.dataError(in, werr)
+			return s.dataError(in, werr)
 		}
-	})
-	return err
+	}
+	return nil
 }
 
 // clearPastEOFLocked makes bytes [lo, hi) past EOF (lo is the size) read
@@ -421,14 +458,16 @@ func (s *Store) clearPastEOFLocked(in *Inode, lo, hi uint64) error {
 	if err := s.zeroRange(in, int64(last*bs), int64(hi)); err != nil {
 		return err
 	}
-	var written []Extent
-	in.ext.visit(first, last-first, func(x Extent) {
+	exts, err := s.visit(in, first, last-first)
+	if err != nil {
+		return err
+	}
+	for _, x := range exts {
 		if !x.Unwritten() {
-			written = append(written, x)
+			if err := s.punchLocked(in, x.LBlk, x.Len); err != nil {
+				return err
+			}
 		}
-	})
-	for _, x := range written {
-		s.punchLocked(in, x.LBlk, x.Len)
 	}
 	return nil
 }
@@ -452,23 +491,20 @@ func (s *Store) truncateLocked(in *Inode, size uint64) error {
 	// The punch and the new size are journaled together: a crash must not
 	// leave the old size over blocks that are already gone.
 	keep := (size + bs - 1) / bs
-	var e format.Encoder
-	var freed []alloc.Extent
-	s.opLock.RLock()
-	if m := in.ext.ext; size < old && len(m) > 0 && m[len(m)-1].End() > keep {
-		n := m[len(m)-1].End() - keep
-		for _, o := range in.ext.punch(keep, n) {
-			freed = append(freed, alloc.Extent{Start: o.PBlk, Len: o.Len})
-		}
-		e.Punch(in.attr.Ino, keep, n)
+	last, hasLast, err := extentBefore(s.treeFor(in.attr.Ino), in.attr.Ino, ^uint64(0))
+	if err != nil {
+		return treeErr(err)
+	}
+	tx := s.begin()
+	defer s.opLock.RUnlock()
+	if size < old && hasLast && last.End() > keep {
+		tx.punch(in.attr.Ino, keep, last.End()-keep)
 	}
 	in.attr.Size = size
 	t := now()
 	in.attr.Mtime, in.attr.Ctime = t, t
-	e.Inode(&in.attr)
-	s.j.append(e.Buf, freed)
-	s.opLock.RUnlock()
-	return nil
+	tx.inode(&in.attr)
+	return tx.commit()
 }
 
 // Fallocate modes (linux/falloc.h).
@@ -559,14 +595,17 @@ func (s *Store) clearRange(in *Inode, off, end int64) error {
 	if err := s.zeroRange(in, full1*bs, end); err != nil {
 		return err
 	}
-	s.punchLocked(in, uint64(full0), uint64(full1-full0))
-	return nil
+	return s.punchLocked(in, uint64(full0), uint64(full1-full0))
 }
 
 // preallocLocked maps every hole in file blocks [lo, hi) to unwritten
 // extents. in.mu is held.
 func (s *Store) preallocLocked(in *Inode, lo, hi uint64) error {
-	for _, seg := range in.ext.segments(lo, hi-lo) {
+	segs, err := s.segments(in, lo, hi-lo)
+	if err != nil {
+		return err
+	}
+	for _, seg := range segs {
 		if seg.mapped {
 			continue
 		}
@@ -575,7 +614,9 @@ func (s *Store) preallocLocked(in *Inode, lo, hi uint64) error {
 			if err != nil {
 				return err
 			}
-			s.mapLocked(in, x, nil)
+			if err := s.mapLocked(in, x); err != nil {
+				return err
+			}
 			b += x.Len
 		}
 	}
@@ -600,27 +641,55 @@ func (s *Store) Seek(in *Inode, off int64, whence int) (int64, error) {
 		return 0, syscall.ENXIO
 	}
 	bs := int64(s.bs)
-	blk := uint64(off / bs)
-	for _, x := range in.ext.ext {
-		if x.End() <= blk || x.Unwritten() {
-			continue
+	blk := uint64(off / bs) // SEEK_HOLE: first block not known to be data
+	found := false          // SEEK_DATA: data found at blk
+	ino := in.attr.Ino
+	t := s.treeFor(ino)
+	prefix := format.InoKindPrefix(ino, format.KindExtent)
+	start := blk
+	if x, ok, err := extentBefore(t, ino, blk+1); err != nil {
+		return 0, treeErr(err)
+	} else if ok && x.End() > blk {
+		start = x.LBlk
+	}
+	// Walk the extents from blk on, only as far as the answer needs.
+	var derr error
+	err := t.Ascend(format.ExtentKey(ino, start), func(k, v []byte) bool {
+		if !bytes.HasPrefix(k, prefix) {
+			return false
 		}
-		lo := int64(x.LBlk) * bs
+		x, err := decodeExtent(k, v)
+		if err != nil {
+			derr = err
+			return false
+		}
+		if x.End() <= blk {
+			return true
+		}
 		if whence == SeekData {
-			if lo >= size {
-				break
+			if x.Unwritten() {
+				return true
 			}
-			return max(lo, off), nil
+			blk, found = max(x.LBlk, blk), true
+			return false
 		}
-		// SEEK_HOLE: off is inside data if this extent covers blk.
-		if x.LBlk <= blk {
-			blk = x.End()
-			continue
+		if x.Unwritten() || x.LBlk > blk {
+			return false // the hole starts at blk
 		}
-		break
+		blk = x.End()
+		return int64(blk)*bs < size
+	})
+	if err == nil {
+		err = derr
+	}
+	if err != nil {
+		return 0, treeErr(err)
 	}
 	if whence == SeekData {
-		return 0, syscall.ENXIO
+		if !found || int64(blk)*bs >= size {
+			return 0, syscall.ENXIO
+		}
+		return max(int64(blk)*bs, off), nil
 	}
 	return min(max(int64(blk)*bs, off), size), nil
 }

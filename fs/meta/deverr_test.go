@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -76,7 +74,7 @@ func TestDataWriteErrorMapsNothing(t *testing.T) {
 	if err := s.Fsync(f); err != nil {
 		t.Fatal(err)
 	}
-	ext0 := f.Extents()
+	ext0, _ := s.Extents(f)
 	dataStart := int64(s.sb.MetaEnd() * s.bs)
 	dataEnd := int64(s.sb.BackupBlock * s.bs)
 	fd.FailWrites(func(off, n int64) bool { return off >= dataStart && off < dataEnd })
@@ -89,7 +87,7 @@ func TestDataWriteErrorMapsNothing(t *testing.T) {
 			t.Fatalf("write at %d with failing device: %d, %v; want 0, EIO", w.off, n, err)
 		}
 	}
-	if got := f.Extents(); fmt.Sprint(got) != fmt.Sprint(ext0) {
+	if got, _ := s.Extents(f); fmt.Sprint(got) != fmt.Sprint(ext0) {
 		t.Fatalf("failed writes changed the extent map:\n%v\nwas\n%v", got, ext0)
 	}
 	if f.Attr().Size != uint64(len(good)) {
@@ -116,360 +114,156 @@ func TestDataWriteErrorMapsNothing(t *testing.T) {
 	}
 }
 
-// A journal flush or write that keeps failing turns the filesystem
-// read-only with one error line after maxMetaFailures commits; what was
-// acknowledged before survives.
-func TestJournalFailureGoesReadOnly(t *testing.T) {
-	for _, how := range []string{"flush", "write"} {
-		t.Run(how, func(t *testing.T) {
-			fd, _ := newTestImage(t, 32<<20, 2)
-			log, logs := observed()
-			opts := testOpts()
-			opts.Logger = log
-			s, err := Open(fd, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			a := mustCreate(t, s, s.Root(), "a")
-			mustWrite(t, s, a, []byte("acknowledged"), 0)
-			if err := s.Fsync(a); err != nil {
-				t.Fatal(err)
-			}
-			b := mustCreate(t, s, s.Root(), "b")
-			mustWrite(t, s, b, []byte("lost"), 0)
-			js, je := int64(s.sb.JournalStart*s.bs), int64(s.sb.MetaEnd()*s.bs)
-			if how == "flush" {
-				fd.FailFlushes(maxMetaFailures)
-			} else {
-				fd.FailWrites(func(off, n int64) bool { return off >= js && off < je })
-			}
-			for i := 0; i < maxMetaFailures; i++ {
-				if err := s.Fsync(b); err == nil {
-					t.Fatal("fsync succeeded although the journal failed")
-				}
-			}
-			if _, err := s.Write(a, []byte("x"), 0, WriteOpts{}); !errors.Is(err, syscall.EROFS) {
-				t.Fatalf("write after the journal failed: %v, want EROFS", err)
-			}
-			if _, err := s.Create(s.Root(), "c", NewInode{Mode: syscall.S_IFREG}); !errors.Is(err, syscall.EROFS) {
-				t.Fatalf("create after the journal failed: %v, want EROFS", err)
-			}
-			if err := s.Fsync(a); err == nil {
-				t.Fatal("fsync after the journal failed succeeded")
-			}
-			s.SyncAll()
-			if !s.ReadOnly() {
-				t.Fatal("store not read-only")
-			}
-			n := 0
-			for _, e := range logs.All() {
-				if e.Level >= zapcore.ErrorLevel {
-					n++
-					if !strings.Contains(e.Message, "read-only") {
-						t.Errorf("error log line %q does not say read-only", e.Message)
-					}
-				}
-			}
-			if n != 1 {
-				t.Fatalf("%d error log lines, want exactly 1: %v", n, logs.All())
-			}
-			s.Close()
-			fd.FailWrites(nil)
-			crash(t, s, fd)
-			mustFsck(t, fd, false)
-			if s, err = Open(fd, testOpts()); err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			a, err = s.Lookup(s.Root(), "a")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := readAll(t, s, a); string(got) != "acknowledged" {
-				t.Fatalf("acknowledged file holds %q", got)
-			}
-		})
-	}
-}
-
-// A commit that fails once is retried by the next one (errors=remount-ro),
-// or as often as it takes (errors=continue): nothing is lost and the
-// sequence has no gap, so everything fsync acknowledged survives a crash.
-func TestJournalFailureRetried(t *testing.T) {
-	for _, mode := range []string{"remount-ro", "continue"} {
-		t.Run(mode, func(t *testing.T) {
-			fd, _ := newTestImage(t, 32<<20, 4)
-			opts := testOpts()
-			opts.ErrorsContinue = mode == "continue"
-			s, err := Open(fd, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b := mustCreate(t, s, s.Root(), "b")
-			mustWrite(t, s, b, []byte("retried"), 0)
-			fails := 1
-			if opts.ErrorsContinue {
-				fails = 2 * maxMetaFailures
-			}
-			fd.FailFlushes(fails)
-			for i := 0; i < fails; i++ {
-				if err := s.Fsync(b); err == nil {
-					t.Fatalf("fsync %d succeeded although the flush failed", i)
-				}
-			}
-			if s.ReadOnly() {
-				t.Fatal("read-only after failures that were retried")
-			}
-			if err := s.Fsync(b); err != nil {
-				t.Fatalf("fsync after the device recovered: %v", err)
-			}
-			c := mustCreate(t, s, s.Root(), "c")
-			mustWrite(t, s, c, []byte("later"), 0)
-			if err := s.Fsync(c); err != nil {
-				t.Fatal(err)
-			}
-			crash(t, s, fd)
-			mustFsck(t, fd, false)
-			if s, err = Open(fd, testOpts()); err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			for name, want := range map[string]string{"b": "retried", "c": "later"} {
-				in, err := s.Lookup(s.Root(), name)
-				if err != nil {
-					t.Fatalf("%s after the crash: %v", name, err)
-				}
-				if got := readAll(t, s, in); string(got) != want {
-					t.Fatalf("%s holds %q, want %q", name, got, want)
-				}
-			}
-		})
-	}
-}
-
-// A torn journal commit ends the replay: neither it nor any commit after
-// it is applied.
-func TestTornCommitStopsReplay(t *testing.T) {
-	for _, where := range []string{"payload", "header"} {
-		t.Run(where, func(t *testing.T) {
-			fd, _ := newTestImage(t, 32<<20, 3)
-			s, err := Open(fd, testOpts())
-			if err != nil {
-				t.Fatal(err)
-			}
-			var pos []uint64
-			for _, name := range []string{"a", "b", "c"} {
-				pos = append(pos, s.j.head)
-				in := mustCreate(t, s, s.Root(), name)
-				mustWrite(t, s, in, bytes.Repeat([]byte(name), 5000), 0)
-				if err := s.Fsync(in); err != nil {
-					t.Fatal(err)
-				}
-			}
-			crash(t, s, fd)
-			// Tear commit "b": a payload sector (or its header) never landed.
-			bs := int64(s.bs)
-			off := int64(s.sb.JournalStart+pos[1]) * bs
-			if where == "payload" {
-				off += bs // the first payload sector
-			}
-			if err := fd.Inner().WriteAt(make([]byte, 512), off, 0); err != nil {
-				t.Fatal(err)
-			}
-			mustFsck(t, fd, false)
-			if s, err = Open(fd, testOpts()); err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			if _, err := s.Lookup(s.Root(), "a"); err != nil {
-				t.Fatalf("a: %v", err)
-			}
-			for _, name := range []string{"b", "c"} {
-				if _, err := s.Lookup(s.Root(), name); err == nil {
-					t.Fatalf("%s exists: replay went past a torn commit", name)
-				}
-			}
-		})
-	}
-}
-
-// A checkpoint taken while a transaction is open (another thread's commit
-// filled the journal) must not leave that transaction to be replayed on
-// top of the checkpoint: its records can refer to an inode it also freed.
-func TestCheckpointDuringOpenTransaction(t *testing.T) {
-	fd, _ := newTestImage(t, 32<<20, 4)
-	s, err := Open(fd, testOpts())
+// A failed journal write shuts the filesystem down: one log line, every
+// later change and fsync gets EIO, reads go on, and the next mount recovers
+// everything fsync acknowledged before the failure.
+func TestJournalWriteErrorShutsDown(t *testing.T) {
+	fd, _ := newTestImage(t, 32<<20, 1)
+	log, logs := observed()
+	o := testOpts()
+	o.Logger = log
+	s, err := Open(fd, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := mustCreate(t, s, s.Root(), "f")
-	mustWrite(t, s, f, []byte("data"), 0)
-	if err := s.Fsync(f); err != nil {
-		t.Fatal(err)
-	}
-	// Open transaction: records for f, then f freed.
-	if err := s.Setxattr(f, "user.x", []byte("1"), 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Remove(s.Root(), "f", false); err != nil {
-		t.Fatal(err)
-	}
-	s.j.commitMu.Lock()
-	err = s.j.checkpointLocked()
-	s.j.commitMu.Unlock()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := mustCreate(t, s, s.Root(), "g")
-	if err := s.Fsync(g); err != nil {
-		t.Fatal(err)
-	}
-	crash(t, s, fd)
-	mustFsck(t, fd, false)
-	if s, err = Open(fd, testOpts()); err != nil {
-		t.Fatalf("mount after a checkpoint inside a transaction: %v", err)
-	}
-	defer s.Close()
-	if _, err := s.Lookup(s.Root(), "g"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Lookup(s.Root(), "f"); err == nil {
-		t.Fatal("f came back")
-	}
-}
-
-// Concurrent writers with frequent checkpoints, then a power cut at a
-// random moment: the mount must succeed, fsck must be clean and every file
-// fsync'd and not touched afterwards must be intact.
-func TestPowerLossConcurrent(t *testing.T) {
-	seed := envInt(t, "STREAMFS_POWERLOSS_SEED", time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(uint64(seed), 7))
-	fd, _ := newTestImage(t, 32<<20, seed)
-	rounds := 6
-	if testing.Short() {
-		rounds = 2
-	}
-	for round := 0; round < rounds; round++ {
-		s, err := Open(fd, testOpts())
-		if err != nil {
-			t.Fatalf("round %d: mount: %v", round, err)
-		}
-		if round > 0 {
-			checkAcked(t, s, round)
-		}
-		var wg sync.WaitGroup
-		stop := make(chan struct{})
-		for w := 0; w < 4; w++ {
-			wg.Add(1)
-			go func(w int, seed uint64) {
-				defer wg.Done()
-				concurrentWorker(s, w, round, seed, stop)
-			}(w, rng.Uint64())
-		}
-		time.Sleep(time.Duration(50+rng.IntN(250)) * time.Millisecond)
-		if err := fd.PowerCut(faulty.CutOptions{KeepRandomPrefix: true, TearLast: rng.IntN(2) == 0}); err != nil {
+	var acked []string
+	for i := 0; i < 20; i++ {
+		name := fmt.Sprintf("f%d", i)
+		f := mustCreate(t, s, s.Root(), name)
+		mustWrite(t, s, f, []byte(name), 0)
+		if err := s.Fsync(f); err != nil {
 			t.Fatal(err)
 		}
-		close(stop)
-		wg.Wait()
-		s.Close()
-		fd.Revive()
-		mustFsck(t, fd, true)
+		acked = append(acked, name)
 	}
+	jStart := int64(s.sb.JournalStart * s.bs)
+	jEnd := int64(s.sb.MetaEnd() * s.bs)
+	fd.FailWrites(func(off, n int64) bool { return off >= jStart && off < jEnd })
+	g := mustCreate(t, s, s.Root(), "lost")
+	if err := s.Fsync(g); !errors.Is(err, syscall.EIO) && !errors.Is(err, ErrJournalFailed) {
+		t.Fatalf("fsync with a failing journal: %v, want EIO", err)
+	}
+	fd.FailWrites(nil) // the device recovers; the filesystem stays down
+	if _, err := s.Create(s.Root(), "after", NewInode{Mode: syscall.S_IFREG | 0o644}); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("create after shutdown: %v, want EIO", err)
+	}
+	if err := s.Fsync(g); err == nil {
+		t.Fatal("fsync after shutdown succeeded")
+	}
+	f0, err := s.Lookup(s.Root(), "f0")
+	if err != nil {
+		t.Fatalf("lookup after shutdown: %v", err)
+	}
+	if got := readAll(t, s, f0); string(got) != "f0" {
+		t.Fatalf("read after shutdown: %q", got)
+	}
+	if n := logs.FilterMessageSnippet("shut down").Len(); n != 1 {
+		t.Fatalf("%d shutdown log lines, want 1", n)
+	}
+	crash(t, s, fd)
+	mustFsck(t, fd, true)
+	if s, err = Open(fd, testOpts()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, name := range acked {
+		f, err := s.Lookup(s.Root(), name)
+		if err != nil {
+			t.Fatalf("%s lost after shutdown and remount: %v", name, err)
+		}
+		if got := readAll(t, s, f); string(got) != name {
+			t.Fatalf("%s holds %q", name, got)
+		}
+	}
+}
+
+// Shutdown(NOLOGFLUSH) drops what was not committed; LOGFLUSH keeps it.
+func TestShutdownFlags(t *testing.T) {
+	for _, tc := range []struct {
+		flags uint32
+		keep  bool
+	}{{ShutdownNoLogFlush, false}, {ShutdownLogFlush, true}, {ShutdownDefault, true}} {
+		fd, _ := newTestImage(t, 32<<20, 1)
+		o := testOpts()
+		o.CommitInterval = time.Hour
+		s, err := Open(fd, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustCreate(t, s, s.Root(), "x")
+		if err := s.Shutdown(tc.flags); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Create(s.Root(), "y", NewInode{Mode: syscall.S_IFREG | 0o644}); !errors.Is(err, syscall.EIO) {
+			t.Fatalf("flags %d: create after shutdown: %v", tc.flags, err)
+		}
+		crash(t, s, fd)
+		if s, err = Open(fd, testOpts()); err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.Lookup(s.Root(), "x")
+		if got := err == nil; got != tc.keep {
+			t.Fatalf("flags %d: file kept %v, want %v", tc.flags, got, tc.keep)
+		}
+		s.Close()
+	}
+}
+
+// Filling the device gives ENOSPC on every growth path, and the full
+// filesystem still unmounts, checks clean and mounts.
+func TestENOSPCEveryGrowthPath(t *testing.T) {
+	fd, _ := newTestImage(t, 32<<20, 1)
 	s, err := Open(fd, testOpts())
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkAcked(t, s, rounds)
-	s.Close()
-}
-
-// Acknowledged files are named ack-<content length>-<byte>: created,
-// written, fsync'd and renamed to that name, never touched again.
-func checkAcked(t *testing.T, s *Store, round int) {
-	t.Helper()
-	var n int
-	for _, d := range []string{"w0", "w1", "w2", "w3"} {
-		dir, err := s.Lookup(s.Root(), d)
+	f := mustCreate(t, s, s.Root(), "fill")
+	buf := make([]byte, 1<<20)
+	var off int64
+	for {
+		n, err := s.Write(f, buf, off, WriteOpts{})
+		off += int64(n)
 		if err != nil {
-			continue
-		}
-		ents, _ := s.Readdir(dir)
-		for _, e := range ents {
-			var size, b int
-			if _, err := fmt.Sscanf(e.Name, "ack-%d-%d", &size, &b); err != nil {
-				continue
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("filling: %v", err)
 			}
-			in := s.Get(e.Ino)
-			if got := readAll(t, s, in); !bytes.Equal(got, bytes.Repeat([]byte{byte(b)}, size)) {
-				t.Fatalf("round %d: %s/%s: acknowledged contents changed (%d bytes)", round, d, e.Name, len(got))
-			}
-			n++
+			break
 		}
 	}
-	t.Logf("round %d: %d acknowledged files intact", round, n)
-}
-
-func concurrentWorker(s *Store, w, round int, seed uint64, stop chan struct{}) {
-	rng := rand.New(rand.NewPCG(seed, 1))
-	name := fmt.Sprintf("w%d", w)
-	dir, err := s.Lookup(s.Root(), name)
+	// Namespace growth still works from the reserve, until that is spent.
+	var sawENOSPC bool
+	for i := 0; i < 200000 && !sawENOSPC; i++ {
+		_, err := s.Create(s.Root(), fmt.Sprintf("n%06d-%s", i, strings.Repeat("x", 200)), NewInode{Mode: syscall.S_IFREG | 0o644})
+		if err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("create on a full device: %v", err)
+			}
+			sawENOSPC = true
+		}
+	}
+	if !sawENOSPC {
+		t.Fatal("creates never ran out of space")
+	}
+	if err := s.Link(s.Root(), "zz-link", f); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("link on a full device: %v", err)
+	}
+	if err := s.Setxattr(f, "user.big", make([]byte, 4000), 0); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("setxattr on a full device: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("unmounting a full filesystem: %v", err)
+	}
+	mustFsck(t, fd, false)
+	s, err = Open(fd, testOpts())
 	if err != nil {
-		if dir, err = s.Create(s.Root(), name, NewInode{Mode: syscall.S_IFDIR | 0o755}); err != nil {
-			return
-		}
+		t.Fatalf("mounting a full filesystem: %v", err)
 	}
-	for i := 0; ; i++ {
-		select {
-		case <-stop:
-			return
-		default:
-		}
-		tmp := fmt.Sprintf("tmp-%d-%d", round, i)
-		in, err := s.Create(dir, tmp, NewInode{Mode: syscall.S_IFREG | 0o644})
-		if err != nil {
-			return
-		}
-		size, b := 1+rng.IntN(40000), 1+rng.IntN(250)
-		if _, err := s.Write(in, bytes.Repeat([]byte{byte(b)}, size), 0, WriteOpts{}); err != nil {
-			return
-		}
-		switch rng.IntN(4) {
-		case 0: // an unacknowledged file, removed again
-			if s.Setxattr(in, "user.a", []byte("b"), 0) != nil || s.Remove(dir, tmp, false) != nil {
-				return
-			}
-		case 1: // overwritten and truncated: not acknowledged
-			if _, err := s.Write(in, []byte("zz"), int64(rng.IntN(size)), WriteOpts{}); err != nil {
-				return
-			}
-			sz := uint64(rng.IntN(size))
-			if s.Setattr(in, SetAttr{Size: &sz}) != nil {
-				return
-			}
-		default: // acknowledged: fsync, then a durable rename to its final name
-			if s.Fsync(in) != nil {
-				return
-			}
-			if s.Rename(dir, tmp, dir, fmt.Sprintf("ack-%d-%d", size, b), 0) != nil {
-				return
-			}
-			if s.Fsync(dir) != nil {
-				return
-			}
-		}
-		// Remove some older acknowledged files to reuse their blocks.
-		if rng.IntN(3) == 0 {
-			ents, _ := s.Readdir(dir)
-			for _, e := range ents {
-				if strings.HasPrefix(e.Name, "ack-") {
-					if s.Remove(dir, e.Name, false) != nil {
-						return
-					}
-					break
-				}
-			}
-		}
+	if err := s.Remove(s.Root(), "fill", false); err != nil {
+		t.Fatal(err)
 	}
+	if _, err := s.Create(s.Root(), "after", NewInode{Mode: syscall.S_IFREG | 0o644}); err != nil {
+		t.Fatalf("create after freeing space: %v", err)
+	}
+	s.Close()
+	mustFsck(t, fd, false)
 }

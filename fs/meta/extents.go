@@ -1,9 +1,10 @@
 package meta
 
 import (
-	"sort"
+	"bytes"
 
 	"github.com/streamfs/streamfs/fs/format"
+	"github.com/streamfs/streamfs/fs/meta/tree"
 )
 
 // Extent maps file blocks [LBlk, LBlk+Len) to device blocks [PBlk, PBlk+Len).
@@ -19,45 +20,10 @@ func (e Extent) Unwritten() bool { return e.Flags&format.ExtUnwritten != 0 }
 // End is the first file block after e.
 func (e Extent) End() uint64 { return e.LBlk + e.Len }
 
-// extentMap is a file's extents sorted by LBlk, never overlapping.
-// Neighbours that continue each other on the device with equal flags and
-// stream are merged, so sequential writes keep one extent.
-type extentMap struct{ ext []Extent }
-
-// find returns the index of the first extent ending after lblk.
-func (m *extentMap) find(lblk uint64) int {
-	return sort.Search(len(m.ext), func(i int) bool { return m.ext[i].End() > lblk })
-}
-
-// lookup returns the extent containing lblk, if any.
-func (m *extentMap) lookup(lblk uint64) (Extent, bool) {
-	i := m.find(lblk)
-	if i < len(m.ext) && m.ext[i].LBlk <= lblk {
-		return m.ext[i], true
-	}
-	return Extent{}, false
-}
-
-// before returns the extent that ends exactly at lblk (the file's
-// physically preceding data), if any.
-func (m *extentMap) before(lblk uint64) (Extent, bool) {
-	i := m.find(lblk)
-	if i > 0 && m.ext[i-1].End() == lblk {
-		return m.ext[i-1], true
-	}
-	if i == len(m.ext) && i > 0 {
-		return m.ext[i-1], true
-	}
-	return Extent{}, false
-}
-
-// visit calls fn for every extent piece intersecting [lblk, lblk+n), clipped.
-func (m *extentMap) visit(lblk, n uint64, fn func(Extent)) {
-	end := lblk + n
-	for i := m.find(lblk); i < len(m.ext) && m.ext[i].LBlk < end; i++ {
-		fn(clip(m.ext[i], lblk, end))
-	}
-}
+// A file's extents are keys (ino, lblk) in the tree of the inode's AG, so
+// finding, inserting and splitting one is O(log n) whatever the file's
+// size. Neighbours that continue each other on the device with equal flags
+// and stream are merged, so sequential writes keep one extent.
 
 func clip(e Extent, lo, hi uint64) Extent {
 	if e.LBlk < lo {
@@ -72,77 +38,169 @@ func clip(e Extent, lo, hi uint64) Extent {
 	return e
 }
 
-// punch removes [lblk, lblk+n) and returns the removed pieces.
-func (m *extentMap) punch(lblk, n uint64) []Extent {
-	end := lblk + n
-	i := m.find(lblk)
-	if i == len(m.ext) || m.ext[i].LBlk >= end {
-		return nil
-	}
-	var removed, keep []Extent
-	j := i
-	for ; j < len(m.ext) && m.ext[j].LBlk < end; j++ {
-		e := m.ext[j]
-		removed = append(removed, clip(e, lblk, end))
-		if e.LBlk < lblk {
-			keep = append(keep, clip(e, e.LBlk, lblk))
-		}
-		if e.End() > end {
-			keep = append(keep, clip(e, end, e.End()))
-		}
-	}
-	m.ext = append(m.ext[:i], append(keep, m.ext[j:]...)...)
-	return removed
-}
-
-// insert adds e, which must cover a hole, merging with neighbours.
-func (m *extentMap) insert(e Extent) {
-	i := m.find(e.LBlk)
-	if i > 0 && mergeable(m.ext[i-1], e) {
-		m.ext[i-1].Len += e.Len
-		if i < len(m.ext) && mergeable(m.ext[i-1], m.ext[i]) {
-			m.ext[i-1].Len += m.ext[i].Len
-			m.ext = append(m.ext[:i], m.ext[i+1:]...)
-		}
-		return
-	}
-	if i < len(m.ext) && mergeable(e, m.ext[i]) {
-		m.ext[i].LBlk = e.LBlk
-		m.ext[i].PBlk = e.PBlk
-		m.ext[i].Len += e.Len
-		return
-	}
-	m.ext = append(m.ext, Extent{})
-	copy(m.ext[i+1:], m.ext[i:])
-	m.ext[i] = e
-}
-
 func mergeable(a, b Extent) bool {
 	return a.End() == b.LBlk && a.PBlk+a.Len == b.PBlk && a.Flags == b.Flags && a.Stream == b.Stream
 }
 
-// set maps e, replacing whatever mapped there; it returns the replaced
-// pieces whose device blocks are no longer referenced.
-func (m *extentMap) set(e Extent) []Extent {
-	old := m.punch(e.LBlk, e.Len)
-	m.insert(e)
-	var freed []Extent
-	for _, o := range old {
-		// Converting unwritten to written in place keeps the same blocks.
-		if o.PBlk+o.Len <= e.PBlk || o.PBlk >= e.PBlk+e.Len {
-			freed = append(freed, o)
-		} else if o.PBlk != e.PBlk+(o.LBlk-e.LBlk) {
-			freed = append(freed, o)
-		}
-	}
-	return freed
+func decodeExtent(k, v []byte) (Extent, error) {
+	lblk, n, pblk, flags, stream, err := format.DecodeExtent(k, v)
+	return Extent{LBlk: lblk, Len: n, PBlk: pblk, Flags: flags, Stream: stream}, err
 }
 
-// blocks is the number of mapped blocks.
-func (m *extentMap) blocks() uint64 {
-	var n uint64
-	for _, e := range m.ext {
-		n += e.Len
+func extentVal(e Extent) []byte { return format.ExtentVal(e.Len, e.PBlk, e.Flags, e.Stream) }
+
+// seeker is what a tree and a transaction share for reading.
+type seeker interface {
+	SeekLE(key []byte) (k, v []byte, ok bool, err error)
+	Ascend(from []byte, fn func(k, v []byte) bool) error
+}
+
+// extentsIn returns ino's extents intersecting [lblk, lblk+n), unclipped.
+func extentsIn(r seeker, ino, lblk, n uint64) ([]Extent, error) {
+	prefix := format.InoKindPrefix(ino, format.KindExtent)
+	end := lblk + n
+	if end < lblk {
+		end = ^uint64(0)
 	}
-	return n
+	var out []Extent
+	from := format.ExtentKey(ino, lblk)
+	k, v, ok, err := r.SeekLE(from)
+	if err != nil {
+		return nil, err
+	}
+	if ok && bytes.HasPrefix(k, prefix) {
+		e, err := decodeExtent(k, v)
+		if err != nil {
+			return nil, err
+		}
+		if e.End() > lblk && e.LBlk < lblk {
+			out = append(out, e)
+		}
+	}
+	var derr error
+	err = r.Ascend(from, func(k, v []byte) bool {
+		if !bytes.HasPrefix(k, prefix) {
+			return false
+		}
+		e, err := decodeExtent(k, v)
+		if err != nil {
+			derr = err
+			return false
+		}
+		if e.LBlk >= end {
+			return false
+		}
+		out = append(out, e)
+		return true
+	})
+	if err == nil {
+		err = derr
+	}
+	return out, err
+}
+
+// extentBefore returns ino's last extent starting before lblk.
+func extentBefore(r seeker, ino, lblk uint64) (Extent, bool, error) {
+	if lblk == 0 {
+		return Extent{}, false, nil
+	}
+	k, v, ok, err := r.SeekLE(format.ExtentKey(ino, lblk-1))
+	if err != nil || !ok || !bytes.HasPrefix(k, format.InoKindPrefix(ino, format.KindExtent)) {
+		return Extent{}, false, err
+	}
+	e, err := decodeExtent(k, v)
+	return e, err == nil, err
+}
+
+// punchTx removes [lblk, lblk+n) from ino's extents and returns the removed
+// pieces.
+func punchTx(tx *tree.Tx, ino, lblk, n uint64) ([]Extent, error) {
+	end := lblk + n
+	found, err := extentsIn(tx, ino, lblk, n)
+	if err != nil {
+		return nil, err
+	}
+	var removed []Extent
+	for _, e := range found {
+		removed = append(removed, clip(e, lblk, end))
+		if _, err := tx.Delete(format.ExtentKey(ino, e.LBlk)); err != nil {
+			return nil, err
+		}
+		if e.LBlk < lblk {
+			l := clip(e, e.LBlk, lblk)
+			if err := tx.Put(format.ExtentKey(ino, l.LBlk), extentVal(l)); err != nil {
+				return nil, err
+			}
+		}
+		if e.End() > end {
+			r := clip(e, end, e.End())
+			if err := tx.Put(format.ExtentKey(ino, r.LBlk), extentVal(r)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return removed, nil
+}
+
+// insertTx adds e, which must cover a hole, merging with its neighbours.
+func insertTx(tx *tree.Tx, ino uint64, e Extent) error {
+	if prev, ok, err := extentBefore(tx, ino, e.LBlk); err != nil {
+		return err
+	} else if ok && mergeable(prev, e) {
+		if _, err := tx.Delete(format.ExtentKey(ino, prev.LBlk)); err != nil {
+			return err
+		}
+		e = Extent{LBlk: prev.LBlk, Len: prev.Len + e.Len, PBlk: prev.PBlk, Flags: e.Flags, Stream: e.Stream}
+	}
+	if v, ok, err := tx.Get(format.ExtentKey(ino, e.End())); err != nil {
+		return err
+	} else if ok {
+		next, err := decodeExtent(format.ExtentKey(ino, e.End()), v)
+		if err != nil {
+			return err
+		}
+		if mergeable(e, next) {
+			if _, err := tx.Delete(format.ExtentKey(ino, next.LBlk)); err != nil {
+				return err
+			}
+			e.Len += next.Len
+		}
+	}
+	return tx.Put(format.ExtentKey(ino, e.LBlk), extentVal(e))
+}
+
+// setTx maps e in ino's extents, replacing whatever mapped there. It
+// returns the replaced pieces whose device blocks are no longer referenced
+// (freed), and the pieces of e whose blocks were not mapped before (fresh:
+// converting unwritten to written in place keeps the same blocks).
+func setTx(tx *tree.Tx, ino uint64, e Extent) (freed, fresh []Extent, err error) {
+	old, err := punchTx(tx, ino, e.LBlk, e.Len)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := insertTx(tx, ino, e); err != nil {
+		return nil, nil, err
+	}
+	cur := e.LBlk
+	for _, o := range old {
+		if o.PBlk == e.PBlk+(o.LBlk-e.LBlk) {
+			if o.LBlk > cur {
+				fresh = append(fresh, clip(e, cur, o.LBlk))
+			}
+			cur = o.End()
+			continue
+		}
+		freed = append(freed, o)
+	}
+	if cur < e.End() {
+		fresh = append(fresh, clip(e, cur, e.End()))
+	}
+	return freed, fresh, nil
+}
+
+// Extents returns a copy of the file's extent map.
+func (s *Store) Extents(in *Inode) ([]Extent, error) {
+	in.mu.RLock()
+	defer in.mu.RUnlock()
+	return extentsIn(s.treeFor(in.attr.Ino), in.attr.Ino, 0, ^uint64(0))
 }

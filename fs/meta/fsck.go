@@ -1,6 +1,8 @@
 package meta
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sort"
@@ -87,33 +89,25 @@ func Fsck(dev backend.Device, opts FsckOptions) (*FsckReport, error) {
 	}
 	s := newStore(dev, sb, Options{Logger: log}, !opts.Repair)
 	f.s = s
-	lenient := func(r *format.Record) error {
-		if err := s.apply(r); err != nil {
-			f.problem(true, "%v: record dropped", err)
-		}
-		return nil
-	}
+	defer s.closeCaches()
 	badCommit := false
 	s.badCommit = func(err error) {
 		badCommit = f.problem(true, "%v: the journal ends before it", err)
 	}
-	h, commits, _, err := s.load(lenient)
+	h, commits, _, err := s.load(true)
 	if err != nil {
-		// Without a readable checkpoint there is nothing to repair from.
+		// Without readable trees there is nothing to repair from.
 		f.problem(false, "loading metadata: %v", err)
 		return rep, nil
 	}
 	rep.Checkpoint, rep.ReplayedCommits = h.Seq, commits
-	if err := s.newAllocator(); err != nil {
-		return nil, err
+	if s.ckptDamage != nil {
+		f.problem(false, "%v", s.ckptDamage)
 	}
-	defer s.alloc.Close()
-	f.checkState()
+	f.checkTrees()
 	if !opts.Repair || rep.Fixed == 0 {
 		return rep, nil
 	}
-	// Write the repaired state: superblocks first (the checkpoint is only
-	// found through a good superblock), then a checkpoint of everything.
 	if writeSuper {
 		if err := WriteSuper(dev, sb); err != nil {
 			return nil, fmt.Errorf("rewriting superblocks: %w", err)
@@ -123,12 +117,12 @@ func Fsck(dev backend.Device, opts FsckOptions) (*FsckReport, error) {
 		// The commits after the bad one are still in the journal: start the
 		// sequence far beyond them so replay never reaches any of them.
 		s.j.openTx += 1 << 32
+		f.fixes++
 	}
-	s.j.commitMu.Lock()
-	err = s.j.checkpointLocked()
-	s.j.commitMu.Unlock()
-	if err != nil {
-		return nil, fmt.Errorf("writing repaired checkpoint: %w", err)
+	if f.fixes > 0 {
+		if err := s.checkpoint(); err != nil {
+			return nil, fmt.Errorf("writing repaired checkpoint: %w", err)
+		}
 	}
 	rep.Wrote = true
 	return rep, nil
@@ -139,10 +133,7 @@ type fsck struct {
 	s      *Store
 	rep    *FsckReport
 	repair bool
-
-	visited    map[uint64]bool   // reachable from the root
-	treeParent map[uint64]uint64 // directory → the directory holding its one entry
-	lf         *Inode            // lost+found, made on demand
+	fixes  int // repairs that need a checkpoint
 }
 
 // problem reports an error. It returns true when the caller should repair
@@ -211,459 +202,245 @@ func validType(mode uint32) bool {
 	return false
 }
 
-// checkState checks (and with repair fixes) the loaded in-memory state. It
-// does no I/O, so the fuzz tests run it on arbitrary record streams. The
-// allocator must exist and be all free.
-func (f *fsck) checkState() {
+// owner is one user of a device block range, for the overlap check.
+type owner struct {
+	start, n uint64
+	what     string
+}
+
+// checkTrees checks every AG tree's structure (checksums, key order,
+// sibling and parent keys, levels), then what the keys say: inodes,
+// directory entries (they point at inodes, each directory reachable from
+// the root once, parent pointers), link counts, block counts, extents
+// (inside the data area) and free space (every block of the data area is
+// exactly one of: free, a tree node, a file's extent). Structural damage
+// is reported, not repaired; link and block counts and dangling entries
+// are repaired with -y.
+func (f *fsck) checkTrees() {
 	s := f.s
-	f.checkRoot()
-	for _, in := range s.itab.all() {
-		f.checkInode(in)
+	// Replay in memory moved tree nodes: account for them as a checkpoint would.
+	if _, err := s.foldNodeSpace(); err != nil {
+		f.problem(false, "tree node space: %v", err)
 	}
-	f.checkSpace()
-	f.checkAGs() // before the tree check may make lost+found
-	f.checkTree()
-	f.checkLinks()
-	f.checkFree()
-	for _, in := range s.itab.all() {
-		f.rep.Inodes++
+	type inodeInfo struct {
+		a       format.InodeRec
+		links   uint32 // entries pointing here
+		subdirs uint32
+		blocks  uint64
+		parents []uint64
+	}
+	inodes := map[uint64]*inodeInfo{}
+	type dirent struct {
+		dir, ino uint64
+		name     string
+	}
+	var dirents []dirent
+	var owners []owner
+	orphans := map[uint64]bool{}
+	for ag, t := range s.trees {
+		for _, err := range t.Check(func(blk uint64, level int) {
+			owners = append(owners, owner{blk, 1, fmt.Sprintf("AG %d tree node", ag)})
+		}) {
+			f.problem(false, "AG %d tree: %v", ag, err)
+		}
+		var extents []struct {
+			ino uint64
+			e   Extent
+		}
+		err := t.Ascend(nil, func(k, v []byte) bool {
+			switch {
+			case len(k) > 0 && k[0] == format.KeyFreeSpc:
+				fs, fn, err := format.DecodeFree(k, v)
+				if err != nil {
+					f.problem(false, "AG %d: %v", ag, err)
+					return true
+				}
+				owners = append(owners, owner{fs, fn, "free space"})
+				if s.agOfBlock(fs) != uint32(ag) || s.agOfBlock(fs+fn-1) != uint32(ag) {
+					f.problem(false, "free extent %d+%d recorded in AG %d's tree", fs, fn, ag)
+				}
+			case len(k) == 10 && k[0] == format.KeyAG && bytes.HasPrefix(k, format.OrphanPrefix()):
+				orphans[binary.BigEndian.Uint64(k[2:])] = true
+			case len(k) > 0 && k[0] == format.KeyInoSpc:
+				ino, kind, _, err := format.InoKey(k)
+				if err != nil {
+					f.problem(false, "AG %d: %v", ag, err)
+					return true
+				}
+				if alloc.InoAG(ino) != uint32(ag) {
+					f.problem(false, "inode %d's metadata in AG %d's tree", ino, ag)
+				}
+				switch kind {
+				case format.KindInode:
+					a, err := format.DecodeInodeVal(v)
+					if err != nil || a.Ino != ino || !validType(a.Mode) {
+						f.problem(false, "inode %d: bad record (%v)", ino, err)
+						return true
+					}
+					inodes[ino] = &inodeInfo{a: a}
+				case format.KindExtent:
+					e, err := decodeExtent(k, v)
+					if err != nil {
+						f.problem(false, "inode %d: %v", ino, err)
+						return true
+					}
+					extents = append(extents, struct {
+						ino uint64
+						e   Extent
+					}{ino, e})
+				case format.KindDirent:
+					name, _, child, _, err := format.DecodeDirent(k, v)
+					if err != nil {
+						f.problem(false, "directory %d: %v", ino, err)
+						return true
+					}
+					dirents = append(dirents, dirent{ino, child, name})
+				}
+			}
+			return true
+		})
+		if err != nil {
+			f.problem(false, "AG %d: reading tree: %v", ag, err)
+			continue
+		}
+		for _, x := range extents {
+			in := inodes[x.ino]
+			if in == nil {
+				f.problem(false, "extent of missing inode %d", x.ino)
+				continue
+			}
+			in.blocks += x.e.Len
+			if x.e.PBlk < s.sb.MetaEnd() || x.e.PBlk+x.e.Len > s.sb.BackupBlock {
+				f.problem(false, "inode %d extent %d+%d at block %d outside the data area", x.ino, x.e.LBlk, x.e.Len, x.e.PBlk)
+				continue
+			}
+			owners = append(owners, owner{x.e.PBlk, x.e.Len, fmt.Sprintf("inode %d", x.ino)})
+		}
+	}
+	// Every data-area block has exactly one owner.
+	sort.Slice(owners, func(i, j int) bool { return owners[i].start < owners[j].start })
+	cursor := s.sb.MetaEnd()
+	for _, o := range owners {
 		switch {
-		case in.IsDir():
+		case o.start < cursor:
+			f.problem(false, "blocks %d+%d (%s) also belong to another owner", o.start, o.n, o.what)
+		case o.start > cursor:
+			f.problem(false, "blocks %d..%d are neither free nor in use (leaked)", cursor, o.start-1)
+		}
+		cursor = max(cursor, o.start+o.n)
+	}
+	if cursor < s.sb.BackupBlock {
+		f.problem(false, "blocks %d..%d are neither free nor in use (leaked)", cursor, s.sb.BackupBlock-1)
+	}
+	for _, o := range owners {
+		if o.what == "free space" {
+			f.rep.FreeBlocks += o.n
+		} else {
+			f.rep.UsedBlocks += o.n
+		}
+	}
+	// Directory entries.
+	root := inodes[RootIno]
+	if root == nil || root.a.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+		f.problem(false, "root directory missing or not a directory")
+	}
+	tx := &txn{s: s}
+	for _, d := range dirents {
+		dir, child := inodes[d.dir], inodes[d.ino]
+		if dir == nil || dir.a.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+			f.problem(false, "entry %q in %d, which is not a directory", d.name, d.dir)
+			continue
+		}
+		if child == nil {
+			if f.problem(true, "directory %d entry %q points at missing inode %d: dropped", d.dir, d.name, d.ino) {
+				tx.unlink(d.dir, d.name)
+			}
+			continue
+		}
+		child.links++
+		child.parents = append(child.parents, d.dir)
+		if child.a.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+			dir.subdirs++
+		}
+	}
+	// Reachability: walk parents up to the root.
+	for ino, in := range inodes {
+		if ino == RootIno {
+			continue
+		}
+		if in.a.Mode&syscall.S_IFMT == syscall.S_IFDIR && len(in.parents) > 1 {
+			f.problem(false, "directory %d has %d entries", ino, len(in.parents))
+		}
+		if in.links == 0 {
+			if orphans[ino] && in.a.Nlink == 0 {
+				f.rep.Orphans++
+				continue
+			}
+			f.problem(false, "inode %d is not in any directory", ino)
+			continue
+		}
+		seen := map[uint64]bool{ino: true}
+		cur := in
+		for steps := 0; ; steps++ {
+			p := cur.parents[0]
+			if p == RootIno {
+				break
+			}
+			if seen[p] || inodes[p] == nil || len(inodes[p].parents) == 0 {
+				f.problem(false, "inode %d is not reachable from the root (directory cycle or detached tree)", ino)
+				break
+			}
+			seen[p] = true
+			cur = inodes[p]
+		}
+		if in.a.Mode&syscall.S_IFMT == syscall.S_IFDIR && in.a.Parent != in.parents[0] {
+			if f.problem(true, "directory %d's parent pointer is %d, its entry is in %d", ino, in.a.Parent, in.parents[0]) {
+				in.a.Parent = in.parents[0]
+				tx.inode(&in.a)
+			}
+		}
+	}
+	// Link and block counts.
+	for ino, in := range inodes {
+		want := in.links
+		if in.a.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+			want = 2 + in.subdirs
+			if ino == RootIno {
+				want = 2 + in.subdirs
+			}
+		}
+		changed := false
+		if in.a.Nlink != want && !(in.links == 0 && orphans[ino]) {
+			if f.problem(true, "inode %d link count %d, counted %d", ino, in.a.Nlink, want) {
+				in.a.Nlink, changed = want, true
+			}
+		}
+		if in.a.Blocks != in.blocks {
+			if f.problem(true, "inode %d block count %d, its extents map %d", ino, in.a.Blocks, in.blocks) {
+				in.a.Blocks, changed = in.blocks, true
+			}
+		}
+		if changed {
+			tx.inode(&in.a)
+		}
+		f.rep.Inodes++
+		switch in.a.Mode & syscall.S_IFMT {
+		case syscall.S_IFDIR:
 			f.rep.Dirs++
-		case in.IsReg():
+		case syscall.S_IFREG:
 			f.rep.Files++
 		}
 	}
-}
-
-func (f *fsck) checkRoot() {
-	s := f.s
-	root := s.itab.get(RootIno)
-	if root != nil && root.IsDir() {
-		return
-	}
-	what := "missing"
-	if root != nil {
-		what = fmt.Sprintf("not a directory (mode %#o)", root.attr.Mode)
-	}
-	if !f.problem(true, "root directory %s: made a new, empty one", what) {
-		return
-	}
-	if root != nil {
-		// Keep the old inode's contents reachable under a new number.
-		old := root
-		s.itab.del(RootIno)
-		// newIno fails only when every AG's numbers are spent; the old
-		// contents then stay under number 0 and show up as unreachable.
-		old.attr.Ino, _ = s.newIno(old, false)
-		old.attr.Nlink = 1
-		s.itab.put(old)
-		s.moveInoRefs(RootIno, old.attr.Ino)
-	}
-	t := now()
-	s.itab.put(&Inode{attr: format.InodeRec{Ino: RootIno, Mode: syscall.S_IFDIR | 0o755, Nlink: 2,
-		Atime: t, Mtime: t, Ctime: t, Btime: t, Parent: RootIno}, dir: make(map[string]uint64)})
-	s.bumpAGNext(RootIno)
-}
-
-// moveInoRefs renames inode number from to to in every directory entry.
-func (s *Store) moveInoRefs(from, to uint64) {
-	for _, d := range s.itab.all() {
-		for name, ino := range d.dir {
-			if ino == from && d.attr.Ino != to {
-				d.dir[name] = to
-			}
+	for ino := range orphans {
+		if in := inodes[ino]; in == nil || in.a.Nlink != 0 {
+			f.problem(false, "orphan list names inode %d, which is not an unlinked inode", ino)
 		}
 	}
-}
-
-func (f *fsck) checkInode(in *Inode) {
-	ino := in.attr.Ino
-	if !validType(in.attr.Mode) {
-		if f.problem(true, "inode %d has unknown file type %#o: made a regular file", ino, in.attr.Mode&syscall.S_IFMT) {
-			in.attr.Mode = syscall.S_IFREG | in.attr.Mode&0o7777
-			in.typ = syscall.S_IFREG
+	if len(tx.e.Buf) > 0 {
+		if tx.err != nil {
+			f.problem(false, "repair failed: %v", tx.err)
+			return
 		}
+		f.fixes++
 	}
-	if !in.IsDir() && len(in.dir) > 0 {
-		if f.problem(true, "non-directory inode %d holds %d directory entries: entries dropped", ino, len(in.dir)) {
-			in.dir = nil
-		}
-	}
-	if !in.IsDir() && len(in.dir) == 0 && f.repair {
-		in.dir = nil
-	}
-	if in.IsDir() && in.dir == nil {
-		in.dir = make(map[string]uint64)
-	}
-	if !in.IsReg() && len(in.ext.ext) > 0 {
-		if f.problem(true, "inode %d (mode %#o) is not a regular file but maps %d extents: extents dropped",
-			ino, in.attr.Mode, len(in.ext.ext)) {
-			in.ext.ext = nil
-		}
-	}
-	if in.attr.Mode&syscall.S_IFMT == syscall.S_IFLNK && in.attr.Size != uint64(len(in.attr.Target)) {
-		if f.problem(true, "symlink %d size %d, target is %d bytes", ino, in.attr.Size, len(in.attr.Target)) {
-			in.attr.Size = uint64(len(in.attr.Target))
-		}
-	}
-	if in.IsReg() && in.attr.Size > MaxFileSize {
-		if f.problem(true, "inode %d size %d beyond the maximum %d", ino, in.attr.Size, uint64(MaxFileSize)) {
-			in.attr.Size = MaxFileSize
-		}
-	}
-	// The extent map invariant: sorted, non-empty, non-overlapping.
-	for i, x := range in.ext.ext {
-		bad := x.Len == 0 || x.LBlk+x.Len < x.LBlk || (i > 0 && in.ext.ext[i-1].End() > x.LBlk)
-		if bad {
-			if f.problem(true, "inode %d extent map out of order or overlapping at extent %d: rebuilt", ino, i) {
-				var m extentMap
-				for _, y := range in.ext.ext {
-					if y.Len > 0 && y.LBlk+y.Len > y.LBlk {
-						m.set(y)
-					}
-				}
-				in.ext = m
-			}
-			break
-		}
-	}
-	for _, x := range append([]Extent(nil), in.ext.ext...) {
-		if x.PBlk < f.s.sb.MetaEnd() || x.PBlk+x.Len > f.s.sb.BackupBlock || x.PBlk+x.Len < x.PBlk {
-			if f.problem(true, "inode %d extent %d+%d at block %d outside the data area: dropped", ino, x.LBlk, x.Len, x.PBlk) {
-				in.ext.punch(x.LBlk, x.Len)
-			}
-		}
-	}
-}
-
-// checkSpace marks metadata and every extent used in the (all-free)
-// allocator; an extent that finds blocks already used overlaps metadata or
-// an extent of an inode checked before (a lower inode number): the later
-// inode loses that extent.
-func (f *fsck) checkSpace() {
-	s := f.s
-	sb := s.sb
-	if err := s.alloc.MarkUsed(0, sb.MetaEnd()); err != nil {
-		f.problem(false, "marking the metadata area used: %v", err)
-		return
-	}
-	if err := s.alloc.MarkUsed(sb.BackupBlock, sb.TotalBlocks-sb.BackupBlock); err != nil {
-		f.problem(false, "marking the backup superblock used: %v", err)
-		return
-	}
-	for _, in := range s.itab.all() {
-		for _, x := range append([]Extent(nil), in.ext.ext...) {
-			if err := s.alloc.MarkUsed(x.PBlk, x.Len); err != nil {
-				if f.problem(true, "inode %d extent %d+%d at block %d overlaps blocks already in use: dropped",
-					in.attr.Ino, x.LBlk, x.Len, x.PBlk) {
-					in.ext.punch(x.LBlk, x.Len)
-				}
-				continue
-			}
-			f.rep.UsedBlocks += x.Len
-		}
-	}
-}
-
-// checkTree walks the directory tree from the root.
-func (f *fsck) checkTree() {
-	s := f.s
-	f.visited = map[uint64]bool{}
-	f.treeParent = map[uint64]uint64{}
-	// Entries must point at existing inodes.
-	for _, d := range s.itab.all() {
-		for _, name := range sortedNames(d.dir) {
-			if ino := d.dir[name]; s.itab.get(ino) == nil {
-				if f.problem(true, "directory %d entry %q points at missing inode %d: entry dropped", d.attr.Ino, name, ino) {
-					delete(d.dir, name)
-				}
-			}
-		}
-	}
-	root := s.itab.get(RootIno)
-	if root == nil || !root.IsDir() {
-		f.problem(false, "no root directory: directory tree not checked")
-		return
-	}
-	f.walk(root, RootIno)
-	// Unreachable directories: reattach the top of each unreachable subtree.
-	var incoming map[uint64][]entryRef
-	for _, d := range s.itab.all() {
-		if !d.IsDir() || f.visited[d.attr.Ino] {
-			continue
-		}
-		if incoming == nil {
-			incoming = f.unvisitedRefs()
-		}
-		ino := d.attr.Ino
-		if len(incoming[ino]) == 0 && d.attr.Nlink == 0 && len(d.dir) == 0 {
-			continue // orphan: counted below
-		}
-		top := f.subtreeTop(d, incoming)
-		if f.problem(true, "directory %d is not reachable from the root: moved to /lost+found", top.attr.Ino) {
-			for _, r := range incoming[top.attr.Ino] {
-				delete(s.itab.get(r.dir).dir, r.name)
-			}
-			lf := f.lostFound()
-			lf.dir[f.lfName(lf, top.attr.Ino)] = top.attr.Ino
-			f.walk(top, lf.attr.Ino)
-		} else {
-			f.walk(top, top.attr.Parent)
-		}
-		incoming = nil
-	}
-	// Unreachable files and other non-directories.
-	incoming = f.unvisitedRefs()
-	for _, in := range s.itab.all() {
-		ino := in.attr.Ino
-		if in.IsDir() || f.visited[ino] {
-			continue
-		}
-		if len(incoming[ino]) > 0 {
-			continue // only in a directory that stayed unreachable (no repair)
-		}
-		if in.attr.Nlink == 0 {
-			continue // orphan
-		}
-		if f.problem(true, "inode %d has %d links but no directory entry: moved to /lost+found", ino, in.attr.Nlink) {
-			lf := f.lostFound()
-			lf.dir[f.lfName(lf, ino)] = ino
-			f.visited[ino] = true
-		}
-	}
-	// Parent pointers of reachable directories.
-	for _, d := range s.itab.all() {
-		ino := d.attr.Ino
-		p, ok := f.treeParent[ino]
-		if !d.IsDir() || !ok {
-			continue
-		}
-		if d.attr.Parent != p {
-			if f.problem(true, "directory %d parent pointer is %d, its entry is in %d", ino, d.attr.Parent, p) {
-				d.attr.Parent = p
-			}
-		}
-	}
-}
-
-// entryRef names one directory entry.
-type entryRef struct {
-	dir  uint64
-	name string
-}
-
-// unvisitedRefs lists, per inode, the entries of unreachable directories
-// that point at it.
-func (f *fsck) unvisitedRefs() map[uint64][]entryRef {
-	out := map[uint64][]entryRef{}
-	for _, d := range f.s.itab.all() {
-		if f.visited[d.attr.Ino] {
-			continue
-		}
-		for _, name := range sortedNames(d.dir) {
-			ino := d.dir[name]
-			out[ino] = append(out[ino], entryRef{d.attr.Ino, name})
-		}
-	}
-	return out
-}
-
-// subtreeTop climbs from the unreachable directory d through unreachable
-// directories holding an entry for it (its recorded parent first) to the
-// top of its subtree, stopping where a cycle closes.
-func (f *fsck) subtreeTop(d *Inode, incoming map[uint64][]entryRef) *Inode {
-	seen := map[uint64]bool{}
-	cur := d
-	for {
-		seen[cur.attr.Ino] = true
-		refs := incoming[cur.attr.Ino]
-		var up *Inode
-		for _, r := range refs {
-			if p := f.s.itab.get(r.dir); p != nil && (up == nil || r.dir == cur.attr.Parent) {
-				up = p
-			}
-		}
-		if up == nil || seen[up.attr.Ino] || up == cur {
-			return cur
-		}
-		cur = up
-	}
-}
-
-// walk marks everything under dir (whose entry is in parent) reachable.
-// A directory found a second time has an extra entry (a directory hard
-// link, or a cycle): the extra entry is dropped.
-func (f *fsck) walk(dir *Inode, parent uint64) {
-	s := f.s
-	f.visited[dir.attr.Ino] = true
-	f.treeParent[dir.attr.Ino] = parent
-	queue := []*Inode{dir}
-	for len(queue) > 0 {
-		d := queue[0]
-		queue = queue[1:]
-		for _, name := range sortedNames(d.dir) {
-			c := s.itab.get(d.dir[name])
-			if c == nil {
-				continue
-			}
-			ino := c.attr.Ino
-			if !c.IsDir() {
-				f.visited[ino] = true
-				continue
-			}
-			if f.visited[ino] {
-				if f.problem(true, "directory %d has an extra entry %q in directory %d: entry dropped", ino, name, d.attr.Ino) {
-					delete(d.dir, name)
-				}
-				continue
-			}
-			f.visited[ino] = true
-			f.treeParent[ino] = d.attr.Ino
-			queue = append(queue, c)
-		}
-	}
-}
-
-// lostFound returns /lost+found, making it when needed (repair only).
-func (f *fsck) lostFound() *Inode {
-	if f.lf != nil {
-		return f.lf
-	}
-	s := f.s
-	root := s.itab.get(RootIno)
-	name := "lost+found"
-	for i := 1; ; i++ {
-		ino, ok := root.dir[name]
-		if !ok {
-			break
-		}
-		if c := s.itab.get(ino); c != nil && c.IsDir() && f.visited[ino] {
-			f.lf = c
-			return c
-		}
-		name = fmt.Sprintf("lost+found.%d", i)
-	}
-	t := now()
-	lfIno, err := s.newIno(root, true)
-	if err != nil {
-		return root // no number left for lost+found: the root takes them
-	}
-	lf := &Inode{attr: format.InodeRec{Ino: lfIno, Mode: syscall.S_IFDIR | 0o700, Nlink: 2,
-		Atime: t, Mtime: t, Ctime: t, Btime: t, Parent: RootIno}, dir: make(map[string]uint64)}
-	s.itab.put(lf)
-	root.dir[name] = lf.attr.Ino
-	f.visited[lf.attr.Ino] = true
-	f.treeParent[lf.attr.Ino] = RootIno
-	f.note("made /%s", name)
-	f.lf = lf
-	return lf
-}
-
-// lfName is a free name for inode ino in lost+found.
-func (f *fsck) lfName(lf *Inode, ino uint64) string {
-	name := fmt.Sprintf("#%d", ino)
-	for i := 1; ; i++ {
-		if _, ok := lf.dir[name]; !ok {
-			return name
-		}
-		name = fmt.Sprintf("#%d.%d", ino, i)
-	}
-}
-
-// checkLinks compares link counts with the entries found: a directory has
-// 2 + its subdirectories, anything else one per entry. Unlinked inodes
-// (no entry, link count 0) are orphans, freed by the next mount.
-func (f *fsck) checkLinks() {
-	s := f.s
-	refs := map[uint64]uint32{}
-	subdirs := map[uint64]uint32{}
-	for _, d := range s.itab.all() {
-		if !f.visited[d.attr.Ino] {
-			continue
-		}
-		for _, ino := range d.dir {
-			c := s.itab.get(ino)
-			if c == nil {
-				continue
-			}
-			refs[ino]++
-			if c.IsDir() {
-				subdirs[d.attr.Ino]++
-			}
-		}
-	}
-	for _, in := range s.itab.all() {
-		ino := in.attr.Ino
-		if !f.visited[ino] {
-			if in.attr.Nlink == 0 {
-				f.rep.Orphans++
-			}
-			continue
-		}
-		want := refs[ino]
-		if in.IsDir() {
-			want = 2 + subdirs[ino]
-		}
-		if in.attr.Nlink != want {
-			if f.problem(true, "inode %d link count %d, should be %d", ino, in.attr.Nlink, want) {
-				in.attr.Nlink = want
-			}
-		}
-	}
-	if f.rep.Orphans > 0 {
-		f.note("%d unlinked inodes (orphans) are freed by the next mount", f.rep.Orphans)
-	}
-}
-
-// checkAGs checks the inode-number allocator against the inodes.
-func (f *fsck) checkAGs() {
-	s := f.s
-	for _, in := range s.itab.all() {
-		ag, agino := alloc.InoAG(in.attr.Ino), alloc.InoAGino(in.attr.Ino)
-		if ag >= uint32(len(s.agNext)) {
-			f.problem(false, "inode %d in AG %d beyond the AG count", in.attr.Ino, ag)
-			continue
-		}
-		if s.agNext[ag].Load() <= agino {
-			if f.problem(true, "AG %d next inode number %d, but inode %d exists", ag, s.agNext[ag].Load(), in.attr.Ino) {
-				s.bumpAGNext(in.attr.Ino)
-			}
-		}
-	}
-	if r := s.rotor.Load(); r >= s.sb.AGCount {
-		if f.problem(true, "directory rotor %d beyond the AG count %d", r, s.sb.AGCount) {
-			s.rotor.Store(r % s.sb.AGCount)
-		}
-	}
-}
-
-// checkFree compares the allocator with what was marked used.
-func (f *fsck) checkFree() {
-	s := f.s
-	sb := s.sb
-	if err := s.alloc.Check(); err != nil {
-		f.problem(false, "free space index: %v", err)
-	}
-	var mapped uint64
-	for _, in := range s.itab.all() {
-		mapped += in.ext.blocks()
-	}
-	if f.repair && mapped != f.rep.UsedBlocks {
-		f.problem(false, "files map %d blocks after repair, %d are accounted used", mapped, f.rep.UsedBlocks)
-	}
-	dataBlocks := sb.BackupBlock - sb.MetaEnd()
-	f.rep.FreeBlocks = s.alloc.FreeBlocks()
-	if f.rep.UsedBlocks > dataBlocks || f.rep.FreeBlocks != dataBlocks-f.rep.UsedBlocks {
-		f.problem(false, "free space: %d blocks free, %d data blocks with %d used", f.rep.FreeBlocks, dataBlocks, f.rep.UsedBlocks)
-	}
-}
-
-func sortedNames(m map[string]uint64) []string {
-	names := make([]string, 0, len(m))
-	for k := range m {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	return names
 }

@@ -1,10 +1,12 @@
 package meta
 
 import (
+	"runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"weak"
 
 	"github.com/streamfs/streamfs/fs/format"
 )
@@ -12,24 +14,24 @@ import (
 // RootIno is the root directory's inode number (AG 0, agino 1).
 const RootIno = 1
 
-// Inode is the in-memory inode: the only copy of the metadata, made durable
-// by the journal and checkpoints.
+// Inode is the in-memory inode: its attributes, loaded from its AG's tree
+// on first use and kept while something references the Inode (a FUSE node,
+// an open file, a pending attribute change). Extents, directory entries and
+// xattrs stay in the tree and its node cache.
 //
 // Lock order (see Store): Store.renameMu → Inode.mu (several: ascending
 // inode number) → Store.opLock (shared) → journal.mu. Allocator AG locks
-// may be taken while holding Inode.mu; nothing in alloc calls back here.
+// and tree locks may be taken while holding Inode.mu; nothing in alloc or
+// the trees calls back here.
 type Inode struct {
 	mu sync.RWMutex // guards every field below; writers also hold Store.opLock shared
 
 	typ   uint32 // attr.Mode & S_IFMT; never changes, read without the lock
 	attr  format.InodeRec
-	ext   extentMap         // regular files
-	dir   map[string]uint64 // directories: name → inode number
-	xattr map[string][]byte // nil until the first xattr
-	opens int               // open file handles (unlinked files live until 0)
-	dirty bool              // attributes changed and not yet journaled
-	freed bool              // deleted; the node may still be referenced by FUSE
-	wbGen atomic.Uint64     // bumped on every failed data write (errseq); no lock
+	opens int           // open file handles (unlinked files live until 0)
+	dirty bool          // attributes changed and not yet journaled
+	freed bool          // deleted; the node may still be referenced by FUSE
+	wbGen atomic.Uint64 // bumped on every failed data write (errseq); no lock
 }
 
 // WBGen counts failed data writes; file handles compare it to report a
@@ -58,48 +60,76 @@ func (in *Inode) Attr() format.InodeRec {
 func (in *Inode) Blocks() uint64 {
 	in.mu.RLock()
 	defer in.mu.RUnlock()
-	return in.ext.blocks()
+	return in.attr.Blocks
 }
 
-// Extents returns a copy of the extent map.
-func (in *Inode) Extents() []Extent {
-	in.mu.RLock()
-	defer in.mu.RUnlock()
-	return append([]Extent(nil), in.ext.ext...)
-}
-
-// inodeTable maps inode numbers to inodes, sharded so that lookups of
-// unrelated inodes do not contend.
+// inodeTable finds the Inode of a number while anything references it. It
+// holds weak pointers: an Inode nothing else references is collected and
+// reloaded from the tree when next needed, so memory follows what the
+// kernel and open files hold, not the number of files. Sharded so that
+// lookups of unrelated inodes do not contend.
 type inodeTable struct {
 	shards [64]struct {
-		mu sync.RWMutex // leaf lock: taken with nothing else acquired inside
-		m  map[uint64]*Inode
+		mu sync.Mutex // leaf lock: taken with nothing else acquired inside
+		m  map[uint64]weak.Pointer[Inode]
 	}
 }
 
 func newInodeTable() *inodeTable {
 	t := &inodeTable{}
 	for i := range t.shards {
-		t.shards[i].m = make(map[uint64]*Inode)
+		t.shards[i].m = make(map[uint64]weak.Pointer[Inode])
 	}
 	return t
 }
 
 func (t *inodeTable) shard(ino uint64) int { return int((ino ^ ino>>32) % 64) }
 
+// get returns the live Inode of ino, or nil.
 func (t *inodeTable) get(ino uint64) *Inode {
 	s := &t.shards[t.shard(ino)]
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.m[ino]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[ino].Value()
 }
 
-// put adds in; its type is fixed from here on.
+// getOrPut returns the live Inode of ino, or registers in (whose attr is
+// loaded) and returns it.
+func (t *inodeTable) getOrPut(in *Inode) *Inode {
+	ino := in.attr.Ino
+	s := &t.shards[t.shard(ino)]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur := s.m[ino].Value(); cur != nil {
+		return cur
+	}
+	t.putLocked(s.m, in)
+	return in
+}
+
+// put registers a new inode; its type is fixed from here on.
 func (t *inodeTable) put(in *Inode) {
-	in.typ = in.attr.Mode & syscall.S_IFMT
 	s := &t.shards[t.shard(in.attr.Ino)]
 	s.mu.Lock()
-	s.m[in.attr.Ino] = in
+	t.putLocked(s.m, in)
+	s.mu.Unlock()
+}
+
+func (t *inodeTable) putLocked(m map[uint64]weak.Pointer[Inode], in *Inode) {
+	in.typ = in.attr.Mode & syscall.S_IFMT
+	ino := in.attr.Ino
+	wp := weak.Make(in)
+	m[ino] = wp
+	runtime.AddCleanup(in, func(ino uint64) { t.drop(ino, wp) }, ino)
+}
+
+// drop forgets ino's entry if it still is the collected wp.
+func (t *inodeTable) drop(ino uint64, wp weak.Pointer[Inode]) {
+	s := &t.shards[t.shard(ino)]
+	s.mu.Lock()
+	if s.m[ino] == wp {
+		delete(s.m, ino)
+	}
 	s.mu.Unlock()
 }
 
@@ -110,30 +140,20 @@ func (t *inodeTable) del(ino uint64) {
 	s.mu.Unlock()
 }
 
-// all returns every inode, sorted by number (checkpoints are deterministic).
-func (t *inodeTable) all() []*Inode {
+// live returns every live inode (checkpoints write their attributes).
+func (t *inodeTable) live() []*Inode {
 	var out []*Inode
 	for i := range t.shards {
 		s := &t.shards[i]
-		s.mu.RLock()
-		for _, in := range s.m {
-			out = append(out, in)
+		s.mu.Lock()
+		for _, wp := range s.m {
+			if in := wp.Value(); in != nil {
+				out = append(out, in)
+			}
 		}
-		s.mu.RUnlock()
+		s.mu.Unlock()
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].attr.Ino < out[j].attr.Ino })
 	return out
-}
-
-func (t *inodeTable) count() int {
-	n := 0
-	for i := range t.shards {
-		s := &t.shards[i]
-		s.mu.RLock()
-		n += len(s.m)
-		s.mu.RUnlock()
-	}
-	return n
 }
 
 // lockInodes locks distinct inodes in ascending inode-number order and

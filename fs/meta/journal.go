@@ -36,9 +36,7 @@ type journal struct {
 	committed  atomic.Uint64 // every transaction below this is durable
 	flushStart atomic.Uint64 // device flushes started
 	flushDone  atomic.Uint64 // value of flushStart of the last completed flush
-	failed     atomic.Bool   // commits kept failing: the journal no longer accepts any
-	failures   atomic.Int64  // consecutive failed commits
-	sinceCkpt  atomic.Uint64 // record bytes appended since the last checkpoint
+	failed     atomic.Bool   // shut down: the journal accepts no more commits
 }
 
 // append adds one operation's records (already encoded in rec) to the open
@@ -47,7 +45,6 @@ func (j *journal) append(rec []byte, freed []alloc.Extent) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.enc.Buf = append(j.enc.Buf, rec...)
-	j.sinceCkpt.Add(uint64(len(rec)))
 	j.pendingFree = append(j.pendingFree, freed...)
 }
 
@@ -90,13 +87,20 @@ func (j *journal) commitLocked() error {
 		// at the first gap in the sequence.
 		j.mu.Unlock()
 		if err := j.flush(); err != nil {
-			return j.fail(err)
+			return j.s.shutdown(err)
 		}
-		j.succeeded()
 		return nil
 	}
 	tx, payload, frees := j.detachLocked()
 	j.mu.Unlock()
+	if j.s.needCheckpoint() {
+		// Too much is dirty: a checkpoint contains this transaction.
+		if err := j.checkpointLocked(); err != nil {
+			return err
+		}
+		j.release(frees)
+		return nil
+	}
 
 	bs := j.s.bs
 	blocks := (uint64(len(payload))+bs-1)/bs + 1
@@ -108,17 +112,16 @@ func (j *journal) commitLocked() error {
 	if j.used+skip+blocks > j.s.sb.JournalBlocks {
 		// No room: a checkpoint contains this transaction and empties the journal.
 		if err := j.checkpointLocked(); err != nil {
-			j.requeue(tx, payload, frees)
 			return err
 		}
 		j.release(frees)
 		return nil
 	}
 	if err := j.writeCommit(tx, payload, pos, blocks); err != nil {
-		j.requeue(tx, payload, frees)
-		return j.fail(err)
+		// The commit may be on the media in part or whole: nothing may
+		// be written under its sequence number again.
+		return j.s.shutdown(err)
 	}
-	j.succeeded()
 	j.head = pos + blocks
 	if j.head == j.s.sb.JournalBlocks {
 		j.head = 0 // a checkpoint must never record a position past the end
@@ -127,8 +130,7 @@ func (j *journal) commitLocked() error {
 	j.committed.Store(tx + 1)
 	j.release(frees)
 	if j.used > j.s.sb.JournalBlocks/2 {
-		// This commit is durable whatever happens to the checkpoint; a
-		// failure is counted and retried by the next commit.
+		// This commit is durable whatever happens to the checkpoint.
 		_ = j.checkpointLocked()
 	}
 	return nil
@@ -140,17 +142,6 @@ func (j *journal) detachLocked() (tx uint64, payload []byte, frees []alloc.Exten
 	j.enc.Buf, j.pendingFree = nil, nil
 	j.openTx++
 	return tx, payload, frees
-}
-
-// requeue puts a transaction whose commit failed back in front of the open
-// one, under its old sequence number, so a later commit retries it and no
-// acknowledged record is lost or skipped.
-func (j *journal) requeue(tx uint64, payload []byte, frees []alloc.Extent) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.enc.Buf = append(payload, j.enc.Buf...)
-	j.pendingFree = append(frees, j.pendingFree...)
-	j.openTx = tx
 }
 
 // writeCommit writes one commit at journal block pos: the data its records
@@ -171,19 +162,9 @@ func (j *journal) writeCommit(tx uint64, payload []byte, pos, blocks uint64) err
 	return j.flush()
 }
 
-// ErrJournalFailed means metadata writes kept failing: nothing more is committed.
-var ErrJournalFailed = errors.New("journal writes failed; filesystem is read-only until remounted")
-
-// maxMetaFailures consecutive failed commits turn the filesystem read-only
-// (errors=remount-ro); until then every failure is retried by the next commit.
-const maxMetaFailures = 3
-
-func (j *journal) fail(err error) error {
-	j.s.metaError(err, j.failures.Add(1))
-	return err
-}
-
-func (j *journal) succeeded() { j.failures.Store(0) }
+// ErrJournalFailed means a metadata write failed and the filesystem shut
+// down: nothing more is committed until it is mounted again.
+var ErrJournalFailed = errors.New("filesystem shut down after a metadata write error; unmount and mount again to recover from the log")
 
 // release returns durably freed blocks to the allocator (and the device).
 func (j *journal) release(frees []alloc.Extent) {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/streamfs/streamfs/alloc"
 	"github.com/streamfs/streamfs/backend"
 	"github.com/streamfs/streamfs/fs/format"
 )
@@ -60,26 +61,53 @@ func Mkfs(dev backend.Device, p format.MkfsParams) (*format.Super, error) {
 	if err := dev.WriteAt(make([]byte, format.ReservedBytes), 0, 0); err != nil {
 		return nil, fmt.Errorf("mkfs: %w", err)
 	}
-	now := time.Now().UnixNano()
-	var e format.Encoder
-	e.AG(0, 2)
-	e.Rotor(1 % sb.AGCount)
-	e.Inode(&format.InodeRec{Ino: RootIno, Mode: 0o40755, UID: uint32(os.Getuid()), GID: uint32(os.Getgid()),
-		Nlink: 2, Atime: now, Mtime: now, Ctime: now, Btime: now, Parent: RootIno})
-	payload := e.Buf
-	h := format.CkptHeader{Seq: 1, JournalSeq: 1, JournalPos: 0, PayloadLen: uint64(len(payload)),
-		PayloadCRC: format.Checksum(payload), UUID: sb.UUID}
-	buf := make([]byte, 2*bs)
-	copy(buf, h.Encode())
-	copy(buf[bs:], payload)
-	if err := dev.WriteAt(buf, int64(sb.CkptStart*bs), 0); err != nil {
-		return nil, fmt.Errorf("mkfs: checkpoint: %w", err)
-	}
-	if err := dev.Flush(); err != nil {
-		return nil, fmt.Errorf("mkfs: flush: %w", err)
+	if err := initTrees(dev, sb); err != nil {
+		return nil, fmt.Errorf("mkfs: %w", err)
 	}
 	if err := WriteSuper(dev, sb); err != nil {
 		return nil, fmt.Errorf("mkfs: %w", err)
 	}
 	return sb, nil
+}
+
+// initTrees builds the first checkpoint: every AG tree holds its AG header
+// and its free space, AG 0's also the root directory.
+func initTrees(dev backend.Device, sb *format.Super) error {
+	s := newStore(dev, sb, Options{CacheBytes: 16 << 20}, false)
+	defer s.closeCaches()
+	if err := s.openTrees(make([]uint64, sb.AGCount)); err != nil {
+		return err
+	}
+	s.ags = make([]agState, sb.AGCount)
+	a, err := alloc.New(alloc.Geometry{AGCount: sb.AGCount, AGBlocks: sb.AGBlocks, TotalBlocks: sb.TotalBlocks}, alloc.Options{})
+	if err != nil {
+		return err
+	}
+	s.alloc = a
+	if err := a.MarkUsed(0, sb.MetaEnd()); err != nil {
+		return err
+	}
+	if err := a.MarkUsed(sb.BackupBlock, sb.TotalBlocks-sb.BackupBlock); err != nil {
+		return err
+	}
+	for ag := uint64(0); ag < uint64(sb.AGCount); ag++ {
+		lo := max(ag*sb.AGBlocks, sb.MetaEnd())
+		hi := min((ag+1)*sb.AGBlocks, sb.BackupBlock)
+		if hi > lo {
+			if err := s.trees[ag].Put(format.FreeKey(lo), format.FreeVal(hi-lo)); err != nil {
+				return treeErr(err)
+			}
+		}
+		s.ags[ag].dirty = true
+	}
+	now := time.Now().UnixNano()
+	root := format.InodeRec{Ino: RootIno, Mode: 0o40755, UID: uint32(os.Getuid()), GID: uint32(os.Getgid()),
+		Nlink: 2, Atime: now, Mtime: now, Ctime: now, Btime: now, Parent: RootIno, Gen: 1}
+	if err := s.applyInode(&root); err != nil {
+		return err
+	}
+	s.rotor.Store(1 % sb.AGCount)
+	s.j.openTx, s.j.ckptSlot = 1, 1 // the first checkpoint: sequence 1 in slot 0
+	s.j.committed.Store(1)
+	return s.checkpoint()
 }

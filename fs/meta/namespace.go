@@ -1,9 +1,13 @@
 package meta
 
 import (
-	"sort"
+	"bytes"
+	"errors"
+	"fmt"
 	"syscall"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/streamfs/streamfs/alloc"
 	"github.com/streamfs/streamfs/fs/format"
@@ -11,21 +15,90 @@ import (
 
 func now() int64 { return time.Now().UnixNano() }
 
-// Get returns the inode with number ino, or nil.
-func (s *Store) Get(ino uint64) *Inode { return s.itab.get(ino) }
+// Get returns the inode with number ino, or nil if there is none (or it
+// cannot be read: that is logged).
+func (s *Store) Get(ino uint64) *Inode {
+	in, err := s.loadInode(ino)
+	if err != nil {
+		s.log.Error("reading inode", zap.Uint64("ino", ino), zapErr(err))
+		return nil
+	}
+	return in
+}
+
+// load returns the live Inode of ino, reading it from its tree if needed;
+// nil, nil when it does not exist.
+func (s *Store) loadInode(ino uint64) (*Inode, error) {
+	if ino == 0 || alloc.InoAG(ino) >= s.sb.AGCount {
+		return nil, nil
+	}
+	if in := s.itab.get(ino); in != nil {
+		return in, nil
+	}
+	t := s.treeFor(ino)
+	v, ok, err := t.Get(format.InodeKey(ino))
+	if err != nil || !ok {
+		return nil, treeErr(err)
+	}
+	a, err := format.DecodeInodeVal(v)
+	if err != nil {
+		return nil, fmt.Errorf("inode %d: %w", ino, err)
+	}
+	if a.Ino != ino {
+		return nil, fmt.Errorf("inode %d stored as %d: %w", ino, a.Ino, format.ErrCorrupt)
+	}
+	if a.Mode&syscall.S_IFMT == syscall.S_IFLNK {
+		tgt, _, err := getChunks(t, format.InoKindPrefix(ino, format.KindTarget), format.MaxTargetLen)
+		if err != nil {
+			return nil, fmt.Errorf("inode %d target: %w", ino, err)
+		}
+		a.Target = string(tgt)
+	}
+	return s.itab.getOrPut(&Inode{attr: a}), nil
+}
 
 // Root returns the root directory.
-func (s *Store) Root() *Inode { return s.itab.get(RootIno) }
+func (s *Store) Root() *Inode { return s.Get(RootIno) }
+
+// dirLookup finds name in dir's entries.
+func (s *Store) dirLookup(dir *Inode, name string) (ino uint64, ok bool, err error) {
+	v, ok, err := s.treeFor(dir.attr.Ino).Get(format.DirentKey(dir.attr.Ino, name))
+	if err != nil || !ok {
+		return 0, false, treeErr(err)
+	}
+	if len(v) != 12 {
+		return 0, false, fmt.Errorf("directory %d entry %q: %w", dir.attr.Ino, name, format.ErrCorrupt)
+	}
+	return le64(v), true, nil
+}
+
+// dirEmpty reports a directory without entries.
+func (s *Store) dirEmpty(dir *Inode) (bool, error) {
+	prefix := format.InoKindPrefix(dir.attr.Ino, format.KindDirent)
+	empty := true
+	err := s.treeFor(dir.attr.Ino).Ascend(prefix, func(k, v []byte) bool {
+		empty = !bytes.HasPrefix(k, prefix)
+		return false
+	})
+	return empty, treeErr(err)
+}
 
 // Lookup finds name in directory dir.
 func (s *Store) Lookup(dir *Inode, name string) (*Inode, error) {
-	dir.mu.RLock()
-	ino, ok := dir.dir[name]
-	dir.mu.RUnlock()
+	if len(name) > format.MaxNameLen {
+		return nil, syscall.ENAMETOOLONG
+	}
+	ino, ok, err := s.dirLookup(dir, name)
+	if err != nil {
+		return nil, err
+	}
 	if !ok {
 		return nil, syscall.ENOENT
 	}
-	in := s.itab.get(ino)
+	in, err := s.loadInode(ino)
+	if err != nil {
+		return nil, err
+	}
 	if in == nil {
 		return nil, syscall.ENOENT
 	}
@@ -36,30 +109,46 @@ func (s *Store) Lookup(dir *Inode, name string) (*Inode, error) {
 type DirEntry struct {
 	Name string
 	Ino  uint64
-	Mode uint32
+	Mode uint32 // type bits only
+	Off  uint64 // readdir offset (format.DirHash of the name)
 }
 
-// Readdir lists dir sorted by name (a stable order for offsets).
+// Readdir lists dir in hash order; Off is each entry's stable offset.
 func (s *Store) Readdir(dir *Inode) ([]DirEntry, error) {
-	dir.mu.RLock()
-	if dir.dir == nil {
-		dir.mu.RUnlock()
-		return nil, syscall.ENOTDIR
+	out, _, err := s.ReaddirFrom(dir, 0, -1)
+	return out, err
+}
+
+// ReaddirFrom lists up to max entries (max < 0: all) of dir whose offset
+// is at least off, in offset order, and says whether more follow.
+func (s *Store) ReaddirFrom(dir *Inode, off uint64, max int) ([]DirEntry, bool, error) {
+	if !dir.IsDir() {
+		return nil, false, syscall.ENOTDIR
 	}
-	out := make([]DirEntry, 0, len(dir.dir))
-	for name, ino := range dir.dir {
-		out = append(out, DirEntry{Name: name, Ino: ino})
-	}
-	dir.mu.RUnlock()
-	for i := range out {
-		if in := s.itab.get(out[i].Ino); in != nil {
-			in.mu.RLock()
-			out[i].Mode = in.attr.Mode
-			in.mu.RUnlock()
+	prefix := format.InoKindPrefix(dir.attr.Ino, format.KindDirent)
+	var out []DirEntry
+	var derr error
+	more := false
+	err := s.treeFor(dir.attr.Ino).Ascend(format.DirentHashKey(dir.attr.Ino, off), func(k, v []byte) bool {
+		if !bytes.HasPrefix(k, prefix) {
+			return false
 		}
+		if max >= 0 && len(out) >= max {
+			more = true
+			return false
+		}
+		name, h, ino, mode, err := format.DecodeDirent(k, v)
+		if err != nil {
+			derr = fmt.Errorf("directory %d: %w", dir.attr.Ino, err)
+			return false
+		}
+		out = append(out, DirEntry{Name: name, Ino: ino, Mode: mode, Off: h})
+		return true
+	})
+	if err == nil {
+		err = derr
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, nil
+	return out, more, treeErr(err)
 }
 
 // NewInode describes an inode to create.
@@ -68,6 +157,9 @@ type NewInode struct {
 	UID, GID uint32
 	Rdev     uint32
 	Target   string // symlinks
+	// RuleStream is the stream a name rule chose (0: none); it beats the
+	// directory's stream.
+	RuleStream uint32
 }
 
 // newIno picks the number for a new inode: files live in their parent's
@@ -94,7 +186,13 @@ func (s *Store) newIno(parent *Inode, isDir bool) (uint64, error) {
 			}
 			if s.agNext[a].CompareAndSwap(cur, cur+1) {
 				ino := alloc.MakeIno(a, cur)
-				if ino > RootIno && s.itab.get(ino) == nil {
+				if ino <= RootIno {
+					continue
+				}
+				// A damaged counter must not hand out a live number.
+				if _, used, err := s.treeFor(ino).Get(format.InodeKey(ino)); err != nil {
+					return 0, treeErr(err)
+				} else if !used {
 					return ino, nil
 				}
 			}
@@ -109,8 +207,8 @@ func (s *Store) Create(dir *Inode, name string, n NewInode) (*Inode, error) {
 	if err := s.writable(); err != nil {
 		return nil, err
 	}
-	if !format.ValidName(name) {
-		return nil, syscall.EINVAL
+	if err := checkName(name); err != nil {
+		return nil, err
 	}
 	if len(n.Target) > format.MaxTargetLen {
 		return nil, syscall.ENAMETOOLONG
@@ -121,10 +219,12 @@ func (s *Store) Create(dir *Inode, name string, n NewInode) (*Inode, error) {
 	isDir := n.Mode&syscall.S_IFMT == syscall.S_IFDIR
 	dir.mu.Lock()
 	defer dir.mu.Unlock()
-	if dir.dir == nil || dir.freed {
+	if !dir.IsDir() || dir.freed {
 		return nil, syscall.ENOENT
 	}
-	if _, ok := dir.dir[name]; ok {
+	if _, ok, err := s.dirLookup(dir, name); err != nil {
+		return nil, err
+	} else if ok {
 		return nil, syscall.EEXIST
 	}
 	ino, err := s.newIno(dir, isDir)
@@ -134,9 +234,16 @@ func (s *Store) Create(dir *Inode, name string, n NewInode) (*Inode, error) {
 	t := now()
 	in := &Inode{attr: format.InodeRec{
 		Ino: ino, Mode: n.Mode, UID: n.UID, GID: n.GID, Rdev: n.Rdev,
-		Nlink: 1, Atime: t, Mtime: t, Ctime: t, Btime: t, Stream: dir.attr.Stream,
+		Nlink: 1, Atime: t, Mtime: t, Ctime: t, Btime: t,
 		Target: n.Target, Parent: dir.attr.Ino,
 	}}
+	// An explicit rule beats inheritance from the directory.
+	switch {
+	case n.RuleStream != 0:
+		in.attr.Stream, in.attr.StreamSrc = n.RuleStream, format.StreamSrcRule
+	case dir.attr.Stream != 0:
+		in.attr.Stream, in.attr.StreamSrc = dir.attr.Stream, format.StreamSrcDir
+	}
 	if n.Mode&syscall.S_IFMT == syscall.S_IFLNK {
 		in.attr.Size = uint64(len(n.Target))
 	}
@@ -149,21 +256,20 @@ func (s *Store) Create(dir *Inode, name string, n NewInode) (*Inode, error) {
 	}
 	if isDir {
 		in.attr.Nlink = 2
-		in.dir = make(map[string]uint64)
 	}
-	var e format.Encoder
-	s.opLock.RLock()
+	tx := s.begin()
+	defer s.opLock.RUnlock()
 	s.itab.put(in)
-	dir.dir[name] = in.attr.Ino
 	if isDir {
 		dir.attr.Nlink++
 	}
 	dir.attr.Mtime, dir.attr.Ctime = t, t
-	e.Inode(&in.attr)
-	e.Link(dir.attr.Ino, in.attr.Ino, name)
-	e.Inode(&dir.attr)
-	s.j.append(e.Buf, nil)
-	s.opLock.RUnlock()
+	tx.inode(&in.attr)
+	tx.link(dir.attr.Ino, in.attr.Ino, in.attr.Mode, name)
+	tx.inode(&dir.attr)
+	if err := tx.commit(); err != nil {
+		return nil, err
+	}
 	return in, nil
 }
 
@@ -172,15 +278,18 @@ func (s *Store) Link(dir *Inode, name string, in *Inode) error {
 	if err := s.writable(); err != nil {
 		return err
 	}
-	if !format.ValidName(name) {
-		return syscall.EINVAL
+	if err := checkName(name); err != nil {
+		return err
 	}
 	if in.IsDir() {
 		return syscall.EPERM
 	}
+	if err := s.metaRoom(); err != nil {
+		return err
+	}
 	unlock := lockInodes(dir, in)
 	defer unlock()
-	if dir.dir == nil || dir.freed || in.freed {
+	if !dir.IsDir() || dir.freed || in.freed {
 		return syscall.ENOENT
 	}
 	if in.attr.Nlink == 0 {
@@ -189,44 +298,60 @@ func (s *Store) Link(dir *Inode, name string, in *Inode) error {
 	if in.attr.Nlink >= 65000 {
 		return syscall.EMLINK
 	}
-	if _, ok := dir.dir[name]; ok {
+	if _, ok, err := s.dirLookup(dir, name); err != nil {
+		return err
+	} else if ok {
 		return syscall.EEXIST
 	}
 	t := now()
-	var e format.Encoder
-	s.opLock.RLock()
-	dir.dir[name] = in.attr.Ino
+	tx := s.begin()
+	defer s.opLock.RUnlock()
 	in.attr.Nlink++
 	in.attr.Ctime = t
 	dir.attr.Mtime, dir.attr.Ctime = t, t
-	e.Link(dir.attr.Ino, in.attr.Ino, name)
-	e.Inode(&in.attr)
-	e.Inode(&dir.attr)
-	s.j.append(e.Buf, nil)
-	s.opLock.RUnlock()
-	return nil
+	tx.link(dir.attr.Ino, in.attr.Ino, in.attr.Mode, name)
+	tx.inode(&in.attr)
+	tx.inode(&dir.attr)
+	return tx.commit()
 }
 
 // lockEntry locks dir and the inode its entry name points at (in inode
 // order), retrying if the entry changes meanwhile. child is nil when the
 // entry does not exist; then only dir is locked.
-func (s *Store) lockEntry(dir *Inode, name string) (child *Inode, unlock func()) {
+func (s *Store) lockEntry(dir *Inode, name string) (child *Inode, unlock func(), err error) {
 	for {
-		dir.mu.RLock()
-		ino, ok := dir.dir[name]
-		dir.mu.RUnlock()
+		ino, ok, err := s.dirLookup(dir, name)
+		if err != nil {
+			return nil, nil, err
+		}
+		child = nil
 		if ok {
-			child = s.itab.get(ino)
-		} else {
-			child = nil
+			if child, err = s.loadInode(ino); err != nil {
+				return nil, nil, err
+			}
 		}
 		unlock = lockInodes(dir, child)
-		ino2, ok2 := dir.dir[name]
+		ino2, ok2, err := s.dirLookup(dir, name)
+		if err != nil {
+			unlock()
+			return nil, nil, err
+		}
 		if ok == ok2 && (!ok || ino2 == ino) {
-			return child, unlock
+			return child, unlock, nil
 		}
 		unlock()
 	}
+}
+
+// checkName refuses names no directory may hold.
+func checkName(name string) error {
+	if len(name) > format.MaxNameLen {
+		return syscall.ENAMETOOLONG
+	}
+	if !format.ValidName(name) {
+		return syscall.EINVAL
+	}
+	return nil
 }
 
 // Remove unlinks name from dir; rmdir selects directories only.
@@ -234,11 +359,17 @@ func (s *Store) Remove(dir *Inode, name string, rmdir bool) error {
 	if err := s.writable(); err != nil {
 		return err
 	}
-	child, unlock := s.lockEntry(dir, name)
-	defer unlock()
-	if dir.dir == nil {
+	if len(name) > format.MaxNameLen {
+		return syscall.ENAMETOOLONG
+	}
+	if !dir.IsDir() {
 		return syscall.ENOTDIR
 	}
+	child, unlock, err := s.lockEntry(dir, name)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if child == nil {
 		return syscall.ENOENT
 	}
@@ -248,27 +379,27 @@ func (s *Store) Remove(dir *Inode, name string, rmdir bool) error {
 	if !rmdir && child.IsDir() {
 		return syscall.EISDIR
 	}
-	if rmdir && len(child.dir) > 0 {
-		return syscall.ENOTEMPTY
+	if rmdir {
+		if empty, err := s.dirEmpty(child); err != nil {
+			return err
+		} else if !empty {
+			return syscall.ENOTEMPTY
+		}
 	}
 	t := now()
-	var e format.Encoder
-	var freed []alloc.Extent
-	s.opLock.RLock()
-	delete(dir.dir, name)
+	tx := s.begin()
+	defer s.opLock.RUnlock()
 	dir.attr.Mtime, dir.attr.Ctime = t, t
-	e.Unlink(dir.attr.Ino, name)
-	freed = s.dropLinkLocked(child, dir, t, &e)
-	e.Inode(&dir.attr)
-	s.j.append(e.Buf, freed)
-	s.opLock.RUnlock()
-	return nil
+	tx.unlink(dir.attr.Ino, name)
+	s.dropLinkLocked(child, dir, t, tx)
+	tx.inode(&dir.attr)
+	return tx.commit()
 }
 
 // dropLinkLocked removes one link of child (whose entry in dir is already
 // gone) and frees it when nothing references it any more. child and dir are
 // locked, opLock is held shared.
-func (s *Store) dropLinkLocked(child, dir *Inode, t int64, e *format.Encoder) []alloc.Extent {
+func (s *Store) dropLinkLocked(child, dir *Inode, t int64, tx *txn) {
 	if child.IsDir() {
 		child.attr.Nlink = 0
 		dir.attr.Nlink--
@@ -277,29 +408,22 @@ func (s *Store) dropLinkLocked(child, dir *Inode, t int64, e *format.Encoder) []
 	}
 	child.attr.Ctime = t
 	if child.attr.Nlink == 0 && child.opens == 0 {
-		return s.freeInodeLocked(child, e)
+		s.freeInodeLocked(child, tx)
+		return
 	}
-	e.Inode(&child.attr)
-	return nil
+	tx.inode(&child.attr)
 }
 
-// freeInodeLocked deletes in and returns its blocks for freeing after commit.
-func (s *Store) freeInodeLocked(in *Inode, e *format.Encoder) []alloc.Extent {
-	var freed []alloc.Extent
-	for _, x := range in.ext.ext {
-		freed = append(freed, alloc.Extent{Start: x.PBlk, Len: x.Len})
-	}
-	in.ext.ext = nil
+// freeInodeLocked deletes in; its blocks are freed after the commit.
+func (s *Store) freeInodeLocked(in *Inode, tx *txn) {
 	in.freed = true
-	s.itab.del(in.attr.Ino)
-	e.Free(in.attr.Ino)
+	tx.free(in.attr.Ino)
 	if in.dirty {
 		in.dirty = false
 		s.dirtyMu.Lock()
 		delete(s.dirty, in)
 		s.dirtyMu.Unlock()
 	}
-	return freed
 }
 
 // OpenFile counts an open handle: an unlinked file lives until the last
@@ -323,29 +447,29 @@ func (s *Store) Release(in *Inode) {
 	if in.opens > 0 || in.attr.Nlink > 0 || in.freed || s.ReadOnly() {
 		return
 	}
-	var e format.Encoder
-	s.opLock.RLock()
-	freed := s.freeInodeLocked(in, &e)
-	s.j.append(e.Buf, freed)
-	s.opLock.RUnlock()
+	tx := s.begin()
+	defer s.opLock.RUnlock()
+	s.freeInodeLocked(in, tx)
+	_ = tx.commit()
 }
 
 // isAncestor reports whether a is dir or one of its ancestors. renameMu held.
 func (s *Store) isAncestor(a, dir *Inode) bool {
 	// The walk is bounded: a parent cycle on a damaged image must not hang
 	// rename (it is refused instead; fsck repairs the cycle).
-	limit := s.itab.count() + 1
-	for cur, steps := dir, 0; ; steps++ {
-		if steps > limit {
+	seen := map[uint64]bool{}
+	for cur := dir; ; {
+		if seen[cur.attr.Ino] {
 			return true
 		}
+		seen[cur.attr.Ino] = true
 		if cur == a {
 			return true
 		}
 		if cur.attr.Ino == RootIno {
 			return false
 		}
-		p := s.itab.get(cur.attr.Parent)
+		p := s.Get(cur.attr.Parent)
 		if p == nil || p == cur {
 			return false
 		}
@@ -367,8 +491,14 @@ func (s *Store) Rename(oldDir *Inode, oldName string, newDir *Inode, newName str
 	if flags&^(RenameNoReplace|RenameExchange) != 0 || flags == RenameNoReplace|RenameExchange {
 		return syscall.EINVAL
 	}
-	if !format.ValidName(newName) {
-		return syscall.EINVAL
+	if len(oldName) > format.MaxNameLen {
+		return syscall.ENAMETOOLONG
+	}
+	if err := checkName(newName); err != nil {
+		return err
+	}
+	if err := s.metaRoom(); err != nil {
+		return err
 	}
 	// Directory moves between directories take renameMu so the ancestor
 	// check below sees a stable tree (the kernel's s_vfs_rename_mutex).
@@ -376,39 +506,53 @@ func (s *Store) Rename(oldDir *Inode, oldName string, newDir *Inode, newName str
 		s.renameMu.Lock()
 		defer s.renameMu.Unlock()
 	}
+	if !oldDir.IsDir() || !newDir.IsDir() {
+		return syscall.ENOTDIR
+	}
 	for {
-		oldDir.mu.RLock()
-		srcIno, ok := oldDir.dir[oldName]
-		oldDir.mu.RUnlock()
+		srcIno, ok, err := s.dirLookup(oldDir, oldName)
+		if err != nil {
+			return err
+		}
 		if !ok {
 			return syscall.ENOENT
 		}
-		newDir.mu.RLock()
-		dstIno, dstOK := newDir.dir[newName]
-		newDir.mu.RUnlock()
-		src := s.itab.get(srcIno)
+		dstIno, dstOK, err := s.dirLookup(newDir, newName)
+		if err != nil {
+			return err
+		}
+		src, err := s.loadInode(srcIno)
+		if err != nil {
+			return err
+		}
 		var dst *Inode
 		if dstOK {
-			dst = s.itab.get(dstIno)
+			if dst, err = s.loadInode(dstIno); err != nil {
+				return err
+			}
 		}
 		if src == nil {
 			return syscall.ENOENT
 		}
 		unlock := lockInodes(oldDir, newDir, src, dst)
-		i1, ok1 := oldDir.dir[oldName]
-		i2, ok2 := newDir.dir[newName]
+		i1, ok1, err1 := s.dirLookup(oldDir, oldName)
+		i2, ok2, err2 := s.dirLookup(newDir, newName)
+		if err1 != nil || err2 != nil {
+			unlock()
+			return errors.Join(err1, err2)
+		}
 		if !ok1 || i1 != srcIno || ok2 != dstOK || (ok2 && i2 != dstIno) {
 			unlock()
 			continue
 		}
-		err := s.renameLocked(oldDir, oldName, newDir, newName, src, dst, flags)
+		err = s.renameLocked(oldDir, oldName, newDir, newName, src, dst, flags)
 		unlock()
 		return err
 	}
 }
 
 func (s *Store) renameLocked(oldDir *Inode, oldName string, newDir *Inode, newName string, src, dst *Inode, flags uint32) error {
-	if oldDir.dir == nil || newDir.dir == nil || oldDir.freed || newDir.freed {
+	if oldDir.freed || newDir.freed {
 		return syscall.ENOENT
 	}
 	if src == dst {
@@ -435,14 +579,16 @@ func (s *Store) renameLocked(oldDir *Inode, oldName string, newDir *Inode, newNa
 		if !src.IsDir() && dst.IsDir() {
 			return syscall.EISDIR
 		}
-		if dst.IsDir() && len(dst.dir) > 0 {
-			return syscall.ENOTEMPTY
+		if dst.IsDir() {
+			if empty, err := s.dirEmpty(dst); err != nil {
+				return err
+			} else if !empty {
+				return syscall.ENOTEMPTY
+			}
 		}
 	}
 	t := now()
-	var e format.Encoder
-	var freed []alloc.Extent
-	s.opLock.RLock()
+	tx := s.begin()
 	defer s.opLock.RUnlock()
 	move := func(in, from, to *Inode) {
 		if in.IsDir() && from != to {
@@ -453,32 +599,27 @@ func (s *Store) renameLocked(oldDir *Inode, oldName string, newDir *Inode, newNa
 		in.attr.Ctime = t
 	}
 	if flags&RenameExchange != 0 {
-		oldDir.dir[oldName] = dst.attr.Ino
-		newDir.dir[newName] = src.attr.Ino
 		move(src, oldDir, newDir)
 		move(dst, newDir, oldDir)
-		e.Link(oldDir.attr.Ino, dst.attr.Ino, oldName)
-		e.Link(newDir.attr.Ino, src.attr.Ino, newName)
-		e.Inode(&dst.attr)
+		tx.link(oldDir.attr.Ino, dst.attr.Ino, dst.attr.Mode, oldName)
+		tx.link(newDir.attr.Ino, src.attr.Ino, src.attr.Mode, newName)
+		tx.inode(&dst.attr)
 	} else {
-		delete(oldDir.dir, oldName)
-		newDir.dir[newName] = src.attr.Ino
-		e.Unlink(oldDir.attr.Ino, oldName)
-		e.Link(newDir.attr.Ino, src.attr.Ino, newName)
+		tx.unlink(oldDir.attr.Ino, oldName)
+		tx.link(newDir.attr.Ino, src.attr.Ino, src.attr.Mode, newName)
 		if dst != nil {
-			freed = s.dropLinkLocked(dst, newDir, t, &e)
+			s.dropLinkLocked(dst, newDir, t, tx)
 		}
 		move(src, oldDir, newDir)
 	}
 	oldDir.attr.Mtime, oldDir.attr.Ctime = t, t
 	newDir.attr.Mtime, newDir.attr.Ctime = t, t
-	e.Inode(&src.attr)
-	e.Inode(&oldDir.attr)
+	tx.inode(&src.attr)
+	tx.inode(&oldDir.attr)
 	if newDir != oldDir {
-		e.Inode(&newDir.attr)
+		tx.inode(&newDir.attr)
 	}
-	s.j.append(e.Buf, freed)
-	return nil
+	return tx.commit()
 }
 
 // SetAttr changes attributes. Fields left nil are unchanged.
@@ -509,8 +650,8 @@ func (s *Store) Setattr(in *Inode, a SetAttr) error {
 		}
 	}
 	t := now()
-	var e format.Encoder
-	s.opLock.RLock()
+	tx := s.begin()
+	defer s.opLock.RUnlock()
 	if a.Mode != nil {
 		in.attr.Mode = in.attr.Mode&syscall.S_IFMT | *a.Mode&0o7777
 	}
@@ -526,9 +667,10 @@ func (s *Store) Setattr(in *Inode, a SetAttr) error {
 		if in.attr.Mode&0o010 != 0 {
 			in.attr.Mode &^= syscall.S_ISGID
 		}
-		if _, ok := in.xattr[xattrCaps]; ok {
-			delete(in.xattr, xattrCaps)
-			e.XattrDel(in.attr.Ino, xattrCaps)
+		if _, ok, err := s.getXattr(in, xattrCaps); err != nil {
+			return err
+		} else if ok {
+			tx.xattrDel(in.attr.Ino, xattrCaps)
 		}
 	}
 	if a.Atime != nil {
@@ -538,10 +680,8 @@ func (s *Store) Setattr(in *Inode, a SetAttr) error {
 		in.attr.Mtime = *a.Mtime
 	}
 	in.attr.Ctime = t
-	e.Inode(&in.attr)
-	s.j.append(e.Buf, nil)
-	s.opLock.RUnlock()
-	return nil
+	tx.inode(&in.attr)
+	return tx.commit()
 }
 
 // SetStream stores the inode's write stream (0 clears it).
@@ -554,14 +694,16 @@ func (s *Store) SetStream(in *Inode, id uint32) error {
 	if in.freed {
 		return syscall.ENOENT
 	}
-	var e format.Encoder
-	s.opLock.RLock()
+	tx := s.begin()
+	defer s.opLock.RUnlock()
 	in.attr.Stream = id
+	in.attr.StreamSrc = format.StreamSrcSet
+	if id == 0 {
+		in.attr.StreamSrc = format.StreamSrcNone
+	}
 	in.attr.Ctime = now()
-	e.Inode(&in.attr)
-	s.j.append(e.Buf, nil)
-	s.opLock.RUnlock()
-	return nil
+	tx.inode(&in.attr)
+	return tx.commit()
 }
 
 // Fsync makes in (and, as on ext4 and XFS, every earlier namespace change,

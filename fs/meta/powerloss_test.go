@@ -654,7 +654,7 @@ func (r *plRun) verify(round int) {
 }
 
 func xattrsOf(s *Store, in *Inode) map[string]string {
-	names := s.Listxattr(in)
+	names, _ := s.Listxattr(in)
 	if len(names) == 0 {
 		return nil
 	}

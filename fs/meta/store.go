@@ -1,24 +1,29 @@
 // Package meta is the filesystem core below FUSE: inodes, directories,
-// extent maps and file data I/O, kept in memory and made durable by a
-// write-ahead journal and checkpoints (the on-disk format is package
-// format). The FUSE layer (package fs) translates requests into calls here.
+// extent maps and file data I/O. The metadata lives in one copy-on-write
+// B+tree per AG on the device (trees.go, package tree), read on demand
+// through a bounded node cache; a write-ahead journal makes changes durable
+// at fsync and checkpoints write only the tree nodes that changed (the
+// on-disk format is package format). The FUSE layer (package fs)
+// translates requests into calls here.
 //
 // Lock order, outermost first:
 //
 //	Store.renameMu          cross-directory renames of directories
 //	Inode.mu                several at once in ascending inode number
-//	Store.opLock (shared)   every change to in-memory metadata
+//	Store.opLock (shared)   every change to the trees (apply) and the journal
 //	journal.mu              appending to the open transaction
-//	inodeTable shard locks, Store.dirtyMu, allocator AG locks (leaves)
+//	tree locks (one per AG tree, one tree at a time), inodeTable shard
+//	locks, Store.dirtyMu, Store.nodeMu, agState.mu, allocator AG locks (leaves)
 //
 // journal.commitMu is taken with no opLock held; a checkpoint takes opLock
-// exclusively under commitMu to snapshot the state. Two paths take
-// commitMu while holding an inode lock — the ENOSPC commit-and-retry and the
-// metadata-room check (metaRoom) — which is safe because nothing that holds
-// commitMu or opLock exclusively ever waits for an inode lock.
+// exclusively under commitMu to snapshot the trees. Two paths take
+// commitMu while holding an inode lock — the ENOSPC commit-and-retry and
+// fsync — which is safe because nothing that holds commitMu or opLock
+// exclusively ever waits for an inode lock.
 package meta
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -31,6 +36,7 @@ import (
 	"github.com/streamfs/streamfs/alloc"
 	"github.com/streamfs/streamfs/backend"
 	"github.com/streamfs/streamfs/fs/format"
+	"github.com/streamfs/streamfs/fs/meta/tree"
 )
 
 // Options are the mount-time choices.
@@ -40,9 +46,13 @@ type Options struct {
 	Policy         alloc.Policy  // placement policy
 	PlacementCache bool          // per-inode placement cache
 	CommitInterval time.Duration // periodic journal commit; 0: 5s
-	ErrorsContinue bool          // errors=continue instead of remount-ro
+	CacheBytes     int64         // metadata node cache; 0: DefaultCacheBytes
+	NoRecovery     bool          // read-only without replaying the journal
 	Logger         *zap.Logger
 }
+
+// DefaultCacheBytes bounds the metadata node cache unless told otherwise.
+const DefaultCacheBytes = 256 << 20
 
 // Store is a mounted filesystem.
 type Store struct {
@@ -57,6 +67,17 @@ type Store struct {
 	itab   *inodeTable
 	agNext []atomic.Uint32 // next agino per AG
 	rotor  atomic.Uint32   // AG of the next new directory
+	ags    []agState       // per-AG counters
+
+	trees       []*tree.Tree // one per AG; immutable after open
+	cache       *tree.Cache
+	metaReserve uint64 // blocks data allocation leaves for metadata
+
+	nodeMu sync.Mutex  // leaf; guards nodeEv
+	nodeEv []nodeEvent // node blocks allocated/released since the last fold
+
+	ckptDamage error // a damaged checkpoint slot found at mount
+	enospcLog  atomic.Int64
 
 	renameMu sync.Mutex   // see package doc
 	opLock   sync.RWMutex // see package doc
@@ -65,8 +86,7 @@ type Store struct {
 	dirtyMu sync.Mutex // leaf; guards dirty
 	dirty   map[*Inode]struct{}
 
-	metaFull  atomic.Bool   // the last checkpoint filled 90% of a slot
-	ckptBytes atomic.Uint64 // size of the last checkpoint's payload
+	ckptBytes atomic.Uint64 // bytes of tree nodes the last checkpoint wrote
 	stats     storeStats
 
 	stop   chan struct{}
@@ -81,30 +101,33 @@ type Store struct {
 type storeStats struct {
 	checkpoints atomic.Uint64
 	streamBytes sync.Map // uint32 → *atomic.Uint64 bytes written per stream
-	metaErrors  atomic.Uint64
 	dataErrors  atomic.Uint64
 }
 
 // Counters are what the filesystem did since mount, for `streamfs stats`.
 type Counters struct {
 	Checkpoints       uint64 `json:"checkpoints"`
-	MetaWriteErrors   uint64 `json:"meta_write_errors"`
+	Shutdown          bool   `json:"shutdown"`
 	DataIOErrors      uint64 `json:"data_io_errors"`
 	ReadOnly          bool   `json:"read_only"`
-	MetadataFull      bool   `json:"metadata_full"`
 	CheckpointPayload uint64 `json:"checkpoint_bytes"`
+	CacheHits         uint64 `json:"node_cache_hits"`
+	CacheMisses       uint64 `json:"node_cache_misses"`
 }
 
 // Counters returns the counters.
 func (s *Store) Counters() Counters {
-	return Counters{
+	c := Counters{
 		Checkpoints:       s.stats.checkpoints.Load(),
-		MetaWriteErrors:   s.stats.metaErrors.Load(),
+		Shutdown:          s.j.failed.Load(),
 		DataIOErrors:      s.stats.dataErrors.Load(),
 		ReadOnly:          s.ReadOnly(),
-		MetadataFull:      s.metaFull.Load(),
 		CheckpointPayload: s.ckptBytes.Load(),
 	}
+	if s.cache != nil {
+		c.CacheHits, c.CacheMisses = s.cache.Metrics()
+	}
+	return c
 }
 
 // ReadSuper reads the primary superblock, falling back to the backup copy
@@ -163,9 +186,10 @@ func WriteSuper(dev backend.Device, sb *format.Super) error {
 	return dev.Flush()
 }
 
-// Open mounts the filesystem on dev: reads the superblock, loads the newest
-// checkpoint, replays the journal, rebuilds free space, reclaims orphans and
-// (unless read-only) writes a fresh checkpoint.
+// Open mounts the filesystem on dev: reads the superblock and the newest
+// checkpoint's tree roots, replays the journal into the trees, frees
+// orphans and (unless read-only) writes a fresh checkpoint. Nothing is read
+// in proportion to the number of files: the trees are read on demand.
 func Open(dev backend.Device, opts Options) (*Store, error) {
 	log := opts.Logger
 	if log == nil {
@@ -178,34 +202,41 @@ func Open(dev backend.Device, opts Options) (*Store, error) {
 	if backup {
 		log.Warn("primary superblock is corrupt; mounted from the backup copy (streamfs fsck -y rewrites it)")
 	}
-	ro := opts.ReadOnly
+	ro := opts.ReadOnly || opts.NoRecovery
 	if sb.ReadOnlyOnly() && !ro {
 		return nil, fmt.Errorf("filesystem has read-only-compatible features %#x this build does not know: mount with -o ro", sb.ROCompat)
 	}
 	s := newStore(dev, sb, opts, ro)
 	start := time.Now()
-	h, commits, records, err := s.load(s.apply)
+	h, commits, records, err := s.load(!opts.NoRecovery)
 	if err != nil {
+		s.closeCaches()
 		return nil, err
 	}
-	if err := s.check(); err != nil {
-		return nil, err
-	}
-	if err := s.newAllocator(); err != nil {
-		return nil, err
-	}
-	if err := s.markUsed(); err != nil {
-		s.alloc.Close()
-		return nil, err
-	}
-	orphans := s.reclaimOrphans()
-	if !ro {
-		s.j.commitMu.Lock()
-		err := s.j.checkpointLocked()
-		s.j.commitMu.Unlock()
-		if err != nil {
-			s.alloc.Close()
+	if !ro && (commits > 0 || backup) {
+		// The replayed state goes into a checkpoint before anything new.
+		if err := s.checkpoint(); err != nil {
+			s.closeCaches()
 			return nil, fmt.Errorf("writing checkpoint after recovery: %w", err)
+		}
+	}
+	orphans, err := s.reclaimOrphans()
+	if err != nil {
+		s.closeCaches()
+		return nil, err
+	}
+	if !ro && orphans > 0 {
+		if err := s.checkpoint(); err != nil {
+			s.closeCaches()
+			return nil, fmt.Errorf("writing checkpoint after freeing orphans: %w", err)
+		}
+	}
+	if !ro {
+		// Replay reserved every block its records mapped; start afresh from
+		// the free-space records now that they are durable.
+		if err := s.rebuildAllocator(); err != nil {
+			s.closeCaches()
+			return nil, err
 		}
 	}
 	log.Info("mounted",
@@ -214,14 +245,21 @@ func Open(dev backend.Device, opts Options) (*Store, error) {
 		zap.Int("replayed_commits", commits),
 		zap.Int("replayed_records", records),
 		zap.Int("orphans_reclaimed", orphans),
-		zap.Int("inodes", s.itab.count()),
 		zap.Bool("read_only", ro),
+		zap.Bool("norecovery", opts.NoRecovery),
 		zap.Duration("took", time.Since(start)))
 	if !ro {
 		s.stopWG.Add(1)
 		go s.committer()
 	}
 	return s, nil
+}
+
+// checkpoint takes a checkpoint now.
+func (s *Store) checkpoint() error {
+	s.j.commitMu.Lock()
+	defer s.j.commitMu.Unlock()
+	return s.j.checkpointLocked()
 }
 
 // newStore builds an empty Store for sb: no state loaded, no allocator, no
@@ -233,6 +271,9 @@ func newStore(dev backend.Device, sb *format.Super, opts Options, ro bool) *Stor
 	if opts.CommitInterval == 0 {
 		opts.CommitInterval = 5 * time.Second
 	}
+	if opts.CacheBytes <= 0 {
+		opts.CacheBytes = DefaultCacheBytes
+	}
 	s := &Store{
 		dev: dev, sb: sb, bs: uint64(sb.BlockSize), log: opts.Logger, opts: opts, readOnly: ro,
 		itab:   newInodeTable(),
@@ -240,95 +281,177 @@ func newStore(dev backend.Device, sb *format.Super, opts Options, ro bool) *Stor
 		dirty:  make(map[*Inode]struct{}),
 		stop:   make(chan struct{}),
 	}
+	s.metaReserve = min(max(sb.TotalBlocks/200, 256), 1<<18)
 	s.j = &journal{s: s}
 	return s
 }
 
-// load reads the newest checkpoint and replays the journal after it,
-// passing every record to apply (s.apply for a mount; fsck passes one that
-// reports bad records and goes on).
-func (s *Store) load(apply func(*format.Record) error) (h *format.CkptHeader, commits, records int, err error) {
-	h, slot, payload, err := s.readCheckpoint()
+// load reads the newest checkpoint, opens the trees and the allocator, and
+// replays the journal after it (unless !recover).
+func (s *Store) load(recover bool) (h *format.CkptHeader, commits, records int, err error) {
+	h, slot, roots, err := s.readCheckpoint()
 	if err != nil {
 		return nil, 0, 0, err
-	}
-	if err := format.DecodeRecords(payload, apply); err != nil {
-		return nil, 0, 0, fmt.Errorf("checkpoint %d: %w", h.Seq, err)
 	}
 	s.j.ckptSeq, s.j.ckptSlot = h.Seq, slot
-	commits, records, err = s.replay(h, apply)
+	if err := s.openTrees(roots); err != nil {
+		return nil, 0, 0, err
+	}
+	if err := s.loadAGs(); err != nil {
+		return nil, 0, 0, err
+	}
+	if err := s.rebuildAllocator(); err != nil {
+		return nil, 0, 0, err
+	}
+	if !recover {
+		s.j.head, s.j.openTx = h.JournalPos, h.JournalSeq
+		s.j.committed.Store(h.JournalSeq)
+		return h, 0, 0, nil
+	}
+	// First pass: keep every block the journal maps away from the tree
+	// nodes that replay allocates. Second pass: apply.
+	bc := s.badCommit
+	if bc != nil {
+		s.badCommit = func(error) {} // reported by the second pass
+	}
+	_, _, err = s.replay(h, func(r *format.Record) error {
+		if r.Type == format.RecMap {
+			s.reserve(r.PBlk, r.Len)
+		}
+		return nil
+	})
+	s.badCommit = bc
 	if err != nil {
 		return nil, 0, 0, err
+	}
+	var freed []alloc.Extent
+	commits, records, err = s.replay(h, func(r *format.Record) error { return s.apply(r, &freed) })
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	if root, err := s.loadInode(RootIno); err != nil || root == nil || !root.IsDir() {
+		return nil, 0, 0, fmt.Errorf("root directory missing or unreadable: %w", errors.Join(err, format.ErrCorrupt))
 	}
 	return h, commits, records, nil
 }
 
-// newAllocator makes the (still all-free) block allocator.
-func (s *Store) newAllocator() error {
+// reserve marks blocks used in the allocator, whatever of them is free.
+func (s *Store) reserve(start, n uint64) {
+	if start < s.sb.MetaEnd() || start+n > s.sb.BackupBlock || start+n < start {
+		return // apply reports it
+	}
+	if s.alloc.MarkUsed(start, n) == nil {
+		return
+	}
+	for b := start; b < start+n; b++ {
+		_ = s.alloc.MarkUsed(b, 1)
+	}
+}
+
+// rebuildAllocator makes a fresh allocator whose free space is what the
+// trees' free-space records say.
+func (s *Store) rebuildAllocator() error {
+	if s.alloc != nil {
+		s.alloc.Close()
+	}
 	a, err := alloc.New(alloc.Geometry{AGCount: s.sb.AGCount, AGBlocks: s.sb.AGBlocks, TotalBlocks: s.sb.TotalBlocks},
 		alloc.Options{Policy: s.opts.Policy, HWStreams: s.dev.MaxStreams(), PlacementCache: s.opts.PlacementCache})
 	if err != nil {
 		return fmt.Errorf("allocator: %w", err)
 	}
 	s.alloc = a
-	return nil
-}
-
-// check validates cross-record invariants after load and replay.
-func (s *Store) check() error {
-	root := s.itab.get(RootIno)
-	if root == nil || !root.IsDir() {
-		return fmt.Errorf("root directory missing: %w", format.ErrCorrupt)
-	}
-	for _, in := range s.itab.all() {
-		for name, ino := range in.dir {
-			if s.itab.get(ino) == nil {
-				return fmt.Errorf("directory %d entry %q points at missing inode %d (run streamfs fsck): %w",
-					in.attr.Ino, name, ino, format.ErrCorrupt)
+	for ag, t := range s.trees {
+		agStart := uint64(ag) * s.sb.AGBlocks
+		agEnd := min(agStart+s.sb.AGBlocks, s.sb.TotalBlocks)
+		cursor := agStart
+		var derr error
+		err := t.Ascend(format.FreePrefix(), func(k, v []byte) bool {
+			if len(k) == 0 || k[0] != format.KeyFreeSpc {
+				return false
 			}
+			fs, fn, err := format.DecodeFree(k, v)
+			if err != nil {
+				derr = err
+				return false
+			}
+			if fs < cursor || fs+fn > agEnd || fs < s.sb.MetaEnd() || fs+fn > s.sb.BackupBlock {
+				derr = fmt.Errorf("free extent %d+%d out of order or outside AG %d's data area: %w", fs, fn, ag, format.ErrCorrupt)
+				return false
+			}
+			if fs > cursor {
+				derr = a.MarkUsed(cursor, fs-cursor)
+			}
+			cursor = fs + fn
+			return derr == nil
+		})
+		if err == nil {
+			err = derr
+		}
+		if err == nil && agEnd > cursor {
+			err = a.MarkUsed(cursor, agEnd-cursor)
+		}
+		if err != nil {
+			return fmt.Errorf("AG %d free space: %w", ag, treeErr(err))
 		}
 	}
 	return nil
 }
 
-// markUsed tells the allocator what metadata and files occupy.
-func (s *Store) markUsed() error {
-	if err := s.alloc.MarkUsed(0, s.sb.MetaEnd()); err != nil {
-		return fmt.Errorf("metadata area: %w", err)
-	}
-	if err := s.alloc.MarkUsed(s.sb.BackupBlock, s.sb.TotalBlocks-s.sb.BackupBlock); err != nil {
-		return fmt.Errorf("backup superblock: %w", err)
-	}
-	for _, in := range s.itab.all() {
-		for _, e := range in.ext.ext {
-			if err := s.alloc.MarkUsed(e.PBlk, e.Len); err != nil {
-				return fmt.Errorf("inode %d extent %d+%d at block %d overlaps other data (run streamfs fsck): %w",
-					in.attr.Ino, e.LBlk, e.Len, e.PBlk, format.ErrCorrupt)
+// reclaimOrphans frees inodes left unlinked-but-open by a crash (they are
+// listed in the AG trees; a read-only mount leaves them).
+func (s *Store) reclaimOrphans() (int, error) {
+	var orphans []uint64
+	for ag, t := range s.trees {
+		err := t.Ascend(format.OrphanPrefix(), func(k, v []byte) bool {
+			if len(k) != 10 || k[0] != format.KeyAG || k[1] != format.OrphanPrefix()[1] {
+				return false
 			}
+			orphans = append(orphans, binary.BigEndian.Uint64(k[2:]))
+			return true
+		})
+		if err != nil {
+			return 0, fmt.Errorf("AG %d orphans: %w", ag, treeErr(err))
 		}
 	}
-	return nil
+	if s.readOnly {
+		return 0, nil
+	}
+	for _, ino := range orphans {
+		tx := s.begin()
+		tx.free(ino)
+		err := tx.commit()
+		s.opLock.RUnlock()
+		if err != nil {
+			return 0, err
+		}
+	}
+	return len(orphans), nil
 }
 
-// reclaimOrphans frees inodes left unlinked-but-open by a crash.
-func (s *Store) reclaimOrphans() int {
+// begin starts an operation's transaction: opLock is taken shared and the
+// caller releases it after commit.
+func (s *Store) begin() *txn {
+	s.opLock.RLock()
+	return &txn{s: s}
+}
+
+// needCheckpoint says the dirty tree nodes should be written: they are
+// pinned in memory until then, so this bounds memory.
+func (s *Store) needCheckpoint() bool {
 	n := 0
-	for _, in := range s.itab.all() {
-		if in.attr.Nlink == 0 && in.attr.Ino != RootIno {
-			var freed []alloc.Extent
-			for _, e := range in.ext.ext {
-				freed = append(freed, alloc.Extent{Start: e.PBlk, Len: e.Len})
-			}
-			s.itab.del(in.attr.Ino)
-			if !s.readOnly {
-				for _, f := range freed {
-					_ = s.alloc.Free(f.Start, f.Len)
-				}
-			}
-			n++
-		}
+	for _, t := range s.trees {
+		n += t.Dirty()
 	}
-	return n
+	return int64(n)*int64(s.bs) > s.opts.CacheBytes/4
+}
+
+func (s *Store) closeCaches() {
+	if s.alloc != nil {
+		s.alloc.Close()
+	}
+	if s.cache != nil {
+		s.cache.Close()
+	}
 }
 
 // committer commits the journal periodically: the kernel never forwards
@@ -344,6 +467,9 @@ func (s *Store) committer() {
 		case <-t.C:
 			if err := s.SyncAll(); err != nil && !errors.Is(err, ErrJournalFailed) {
 				s.log.Error("periodic commit failed", zapErr(err))
+			}
+			if s.needCheckpoint() {
+				_ = s.checkpoint()
 			}
 		}
 	}
@@ -368,9 +494,9 @@ func (s *Store) SyncAll() error {
 	return s.j.sync()
 }
 
-// Close flushes everything, writes a final checkpoint (nothing is left to
-// replay after a clean unmount) and releases the allocator. The device is
-// the caller's to close.
+// Close flushes everything and writes a final checkpoint (nothing is left
+// to replay after a clean unmount): only what changed since the last one.
+// The device is the caller's to close.
 func (s *Store) Close() error {
 	select {
 	case <-s.stop:
@@ -382,65 +508,86 @@ func (s *Store) Close() error {
 	var err error
 	if !s.readOnly && !s.j.failed.Load() {
 		if err = s.SyncAll(); err == nil {
-			s.j.commitMu.Lock()
-			err = s.j.checkpointLocked()
-			s.j.commitMu.Unlock()
+			err = s.checkpoint()
 		}
 	}
-	s.alloc.Close()
+	s.closeCaches()
 	if err != nil {
 		return fmt.Errorf("final checkpoint: %w", err)
+	}
+	if s.j.failed.Load() {
+		s.log.Info("unmounted a shut-down filesystem; the next mount recovers from the log")
+		return nil
 	}
 	s.log.Info("unmounted cleanly")
 	return nil
 }
 
-// metaError records a failed metadata write (the n-th in a row). The
-// failed commit's records stay queued and the next commit retries them;
-// with errors=remount-ro, maxMetaFailures failures in a row stop the
-// journal and turn the filesystem read-only, so no later commit can point
-// at state that never reached the device. errors=continue keeps retrying.
-func (s *Store) metaError(err error, n int64) {
-	s.stats.metaErrors.Add(1)
-	if s.opts.ErrorsContinue || n < maxMetaFailures {
-		s.log.Warn("metadata write failed; will retry with the next commit",
-			zap.Int64("failures_in_a_row", n), zap.Bool("errors_continue", s.opts.ErrorsContinue), zapErr(err))
-		return
-	}
+// shutdown stops all metadata writes after a failed one, as XFS does: the
+// failed write or flush may or may not be on the media, so nothing may be
+// built on it. Reads go on; every change and fsync gets EIO; the next mount
+// recovers from the journal. It returns the error for the caller to pass on.
+func (s *Store) shutdown(err error) error {
 	if s.j.failed.CompareAndSwap(false, true) {
-		s.log.Error("metadata writes keep failing: filesystem is now read-only; unmount and run streamfs fsck",
-			zap.Int64("failures_in_a_row", n), zapErr(err))
+		s.log.Error("metadata write failed: filesystem shut down; unmount, then mount again to recover from the log", zapErr(err))
 	}
+	return fmt.Errorf("%w: %w", ErrJournalFailed, err)
 }
 
-// metaRoom refuses growth of the metadata (ENOSPC) once the checkpoint
-// slot, which must hold all of it, is nearly full. Between checkpoints the
-// state grows by at most about twice the record bytes appended; when that
-// estimate reaches the limit a checkpoint measures it exactly. It may run
-// with an inode lock held (see the package doc).
+// Shutdown flags (FS_IOC_SHUTDOWN).
+const (
+	ShutdownDefault    = 0 // flush data and the log, then shut down
+	ShutdownLogFlush   = 1 // commit the log, then shut down
+	ShutdownNoLogFlush = 2 // shut down at once; uncommitted changes are lost
+)
+
+// Shutdown shuts the filesystem down on request (FS_IOC_SHUTDOWN).
+func (s *Store) Shutdown(flags uint32) error {
+	switch flags {
+	case ShutdownDefault, ShutdownLogFlush:
+		if !s.readOnly {
+			if err := s.SyncAll(); err != nil && !errors.Is(err, ErrJournalFailed) {
+				return err
+			}
+		}
+	case ShutdownNoLogFlush:
+	default:
+		return syscall.EINVAL
+	}
+	s.shutdown(fmt.Errorf("shutdown requested (flags %d)", flags))
+	return nil
+}
+
+// metaRoom refuses growth of the metadata (ENOSPC) once free space is down
+// to the reserve that keeps the trees writable.
 func (s *Store) metaRoom() error {
-	limit := (s.sb.CkptBlocks - 1) * s.bs * 9 / 10
-	if !s.metaFull.Load() && s.ckptBytes.Load()+2*s.j.sinceCkpt.Load() <= limit {
+	if s.alloc.FreeBlocks() > s.metaReserve/2 {
 		return nil
 	}
-	if s.j.sinceCkpt.Load() > 0 {
-		s.j.commitMu.Lock()
-		err := s.j.checkpointLocked()
-		s.j.commitMu.Unlock()
-		if err != nil {
-			return err
-		}
+	_ = s.j.sync() // blocks freed by the open transaction come back
+	if s.alloc.FreeBlocks() > s.metaReserve/2 {
+		return nil
 	}
-	if s.metaFull.Load() {
-		return syscall.ENOSPC
+	s.logENOSPC()
+	return syscall.ENOSPC
+}
+
+// logENOSPC says, at most every 10 s, that the filesystem is full.
+func (s *Store) logENOSPC() {
+	nowS := time.Now().Unix()
+	if last := s.enospcLog.Load(); nowS-last >= 10 && s.enospcLog.CompareAndSwap(last, nowS) {
+		s.log.Warn("filesystem full: ENOSPC", zap.Uint64("free_blocks", s.alloc.FreeBlocks()),
+			zap.Uint64("metadata_reserve_blocks", s.metaReserve))
 	}
-	return nil
 }
 
 // writable returns EROFS once the filesystem went read-only.
 func (s *Store) writable() error {
-	if s.readOnly || s.j.failed.Load() {
+	if s.readOnly {
 		return syscall.EROFS
+	}
+	if s.j.failed.Load() {
+		return syscall.EIO
 	}
 	return nil
 }
@@ -472,12 +619,12 @@ func (s *Store) markDirtyLocked(in *Inode) {
 
 // logDirtyLocked journals in's attributes if they changed. in.mu held.
 func (s *Store) logDirtyLocked(in *Inode) {
-	var e format.Encoder
 	s.opLock.RLock() // a checkpoint clears dirty marks under opLock alone
 	if in.dirty && !in.freed {
-		e.Inode(&in.attr)
+		tx := &txn{s: s}
+		tx.inode(&in.attr)
 		in.dirty = false
-		s.j.append(e.Buf, nil)
+		_ = tx.commit()
 	}
 	s.dirtyMu.Lock()
 	if !in.dirty {
@@ -499,19 +646,4 @@ func (s *Store) clearDirty() []*Inode {
 	}
 	s.dirty = make(map[*Inode]struct{})
 	return cleared
-}
-
-// redirty marks again what clearDirty cleared, after the checkpoint that
-// was to capture it failed.
-func (s *Store) redirty(ins []*Inode) {
-	s.opLock.Lock()
-	defer s.opLock.Unlock()
-	s.dirtyMu.Lock()
-	defer s.dirtyMu.Unlock()
-	for _, in := range ins {
-		if !in.freed {
-			in.dirty = true
-			s.dirty[in] = struct{}{}
-		}
-	}
 }

@@ -1,7 +1,8 @@
 package meta
 
 import (
-	"sort"
+	"bytes"
+	"fmt"
 	"strings"
 	"syscall"
 
@@ -29,11 +30,45 @@ func xattrNamespaceOK(name string) bool {
 	return false
 }
 
+// getXattr reads xattr name of in (in.mu held).
+func (s *Store) getXattr(in *Inode, name string) ([]byte, bool, error) {
+	return getChunks(s.treeFor(in.attr.Ino), format.XattrPrefix(in.attr.Ino, name), format.MaxXattrValue)
+}
+
+// listXattrs returns in's xattr names, sorted, and their total size.
+func (s *Store) listXattrs(in *Inode) (names []string, total int, err error) {
+	prefix := format.InoKindPrefix(in.attr.Ino, format.KindXattr)
+	var derr error
+	err = s.treeFor(in.attr.Ino).Ascend(prefix, func(k, v []byte) bool {
+		if !bytes.HasPrefix(k, prefix) {
+			return false
+		}
+		rest := k[len(prefix):]
+		if len(rest) < 3 || rest[len(rest)-2] != 0 {
+			derr = fmt.Errorf("inode %d: xattr key % x: %w", in.attr.Ino, k, format.ErrCorrupt)
+			return false
+		}
+		if rest[len(rest)-1] == 0 {
+			names = append(names, string(rest[:len(rest)-2]))
+			total += len(rest) - 2
+		}
+		total += len(v)
+		return true
+	})
+	if err == nil {
+		err = derr
+	}
+	return names, total, treeErr(err)
+}
+
 // Getxattr returns the value of name.
 func (s *Store) Getxattr(in *Inode, name string) ([]byte, error) {
 	in.mu.RLock()
 	defer in.mu.RUnlock()
-	v, ok := in.xattr[name]
+	v, ok, err := s.getXattr(in, name)
+	if err != nil {
+		return nil, err
+	}
 	if !ok {
 		return nil, syscall.ENODATA
 	}
@@ -41,15 +76,11 @@ func (s *Store) Getxattr(in *Inode, name string) ([]byte, error) {
 }
 
 // Listxattr returns the names, sorted.
-func (s *Store) Listxattr(in *Inode) []string {
+func (s *Store) Listxattr(in *Inode) ([]string, error) {
 	in.mu.RLock()
 	defer in.mu.RUnlock()
-	names := make([]string, 0, len(in.xattr))
-	for k := range in.xattr {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	return names
+	names, _, err := s.listXattrs(in)
+	return names, err
 }
 
 // Setxattr sets name to value.
@@ -74,34 +105,32 @@ func (s *Store) Setxattr(in *Inode, name string, value []byte, flags uint32) err
 	if in.freed {
 		return syscall.ENOENT
 	}
-	_, exists := in.xattr[name]
+	old, exists, err := s.getXattr(in, name)
+	if err != nil {
+		return err
+	}
 	if flags&XattrCreate != 0 && exists {
 		return syscall.EEXIST
 	}
 	if flags&XattrReplace != 0 && !exists {
 		return syscall.ENODATA
 	}
-	total := len(name) + len(value)
-	for k, v := range in.xattr {
-		if k != name {
-			total += len(k) + len(v)
-		}
+	_, total, err := s.listXattrs(in)
+	if err != nil {
+		return err
 	}
-	if total > maxXattrTotal {
+	if exists {
+		total -= len(name) + len(old)
+	}
+	if total+len(name)+len(value) > maxXattrTotal {
 		return syscall.ENOSPC
 	}
-	var e format.Encoder
-	s.opLock.RLock()
-	if in.xattr == nil {
-		in.xattr = make(map[string][]byte)
-	}
-	in.xattr[name] = append([]byte(nil), value...)
+	tx := s.begin()
+	defer s.opLock.RUnlock()
 	in.attr.Ctime = now()
-	e.Xattr(in.attr.Ino, name, value)
-	e.Inode(&in.attr)
-	s.j.append(e.Buf, nil)
-	s.opLock.RUnlock()
-	return nil
+	tx.xattr(in.attr.Ino, name, value)
+	tx.inode(&in.attr)
+	return tx.commit()
 }
 
 // Removexattr deletes name.
@@ -119,18 +148,17 @@ func (s *Store) Removexattr(in *Inode, name string) error {
 		// a record for it after its RecFree would break replay.
 		return syscall.ENOENT
 	}
-	if _, ok := in.xattr[name]; !ok {
+	if _, ok, err := s.getXattr(in, name); err != nil {
+		return err
+	} else if !ok {
 		return syscall.ENODATA
 	}
-	var e format.Encoder
-	s.opLock.RLock()
-	delete(in.xattr, name)
+	tx := s.begin()
+	defer s.opLock.RUnlock()
 	in.attr.Ctime = now()
-	e.XattrDel(in.attr.Ino, name)
-	e.Inode(&in.attr)
-	s.j.append(e.Buf, nil)
-	s.opLock.RUnlock()
-	return nil
+	tx.xattrDel(in.attr.Ino, name)
+	tx.inode(&in.attr)
+	return tx.commit()
 }
 
 // Statfs are the counts statfs reports.
@@ -151,19 +179,30 @@ func (s *Store) Statfs() Statfs {
 		pending += e.Len
 	}
 	s.j.mu.Unlock()
-	used := uint64(s.itab.count())
-	// Inodes are limited by the checkpoint slot; ~160 bytes each is a fair
-	// estimate of their share of it.
-	maxFiles := (s.sb.CkptBlocks - 1) * s.bs / 160
-	ff := uint64(0)
-	if maxFiles > used {
-		ff = maxFiles - used
+	// Old copies of tree nodes come back at the next checkpoint.
+	s.nodeMu.Lock()
+	for _, e := range s.nodeEv {
+		if !e.alloc {
+			pending++
+		}
 	}
+	s.nodeMu.Unlock()
+	var used uint64
+	for i := range s.ags {
+		s.ags[i].mu.Lock()
+		used += uint64(max(s.ags[i].inodes, 0))
+		s.ags[i].mu.Unlock()
+	}
+	// Inodes take tree space like everything else (about 256 bytes each
+	// with their keys), so free space bounds them, as on XFS.
+	free := s.alloc.FreeBlocks() + pending
+	avail := free - min(free, s.metaReserve)
+	ff := free * (s.bs / 256)
 	return Statfs{
 		BlockSize: s.bs,
 		Blocks:    s.sb.TotalBlocks - s.sb.MetaEnd() - 1,
-		Free:      s.alloc.FreeBlocks() + pending,
-		Files:     maxFiles,
+		Free:      avail,
+		Files:     used + ff,
 		FilesFree: ff,
 		NameLen:   format.MaxNameLen,
 	}
@@ -179,15 +218,25 @@ func (s *Store) StreamBytes() map[uint32]uint64 {
 	return out
 }
 
-// StreamFiles counts regular files per stream id.
+// StreamFiles counts inodes per stream id (0: no stream), from the AG
+// counters.
 func (s *Store) StreamFiles() map[uint32]uint64 {
 	out := map[uint32]uint64{}
-	for _, in := range s.itab.all() {
-		in.mu.RLock()
-		if in.IsReg() {
-			out[in.attr.Stream]++
+	var total, tagged int64
+	for i := range s.ags {
+		g := &s.ags[i]
+		g.mu.Lock()
+		total += g.inodes
+		for id, n := range g.streams {
+			if n > 0 {
+				out[id] += uint64(n)
+				tagged += n
+			}
 		}
-		in.mu.RUnlock()
+		g.mu.Unlock()
+	}
+	if total > tagged {
+		out[0] = uint64(total - tagged)
 	}
 	return out
 }

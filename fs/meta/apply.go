@@ -1,0 +1,398 @@
+package meta
+
+import (
+	"bytes"
+	"fmt"
+	"syscall"
+
+	"github.com/streamfs/streamfs/alloc"
+	"github.com/streamfs/streamfs/fs/format"
+	"github.com/streamfs/streamfs/fs/meta/tree"
+)
+
+// apply applies one record to the trees. It is the only code that changes
+// metadata: operations apply the records they journal (txn below), and
+// replay applies the journal after a checkpoint, so the two cannot
+// disagree. Blocks the record releases are appended to *freed (the caller
+// hands them to the allocator once the record is durable). Records are
+// "set" operations; RecMap and RecFree also keep the free-space records and
+// the inode's block count right.
+func (s *Store) apply(r *format.Record, freed *[]alloc.Extent) error {
+	bad := func(f string, a ...any) error {
+		return fmt.Errorf("record type %d: "+f+": %w", append([]any{r.Type}, append(a, format.ErrCorrupt)...)...)
+	}
+	checkIno := func(ino uint64) error {
+		if ino == 0 || alloc.InoAG(ino) >= s.sb.AGCount {
+			return bad("inode number %#x", ino)
+		}
+		return nil
+	}
+	switch r.Type {
+	case format.RecInode:
+		if err := checkIno(r.Inode.Ino); err != nil {
+			return err
+		}
+		return s.applyInode(&r.Inode)
+	case format.RecFree:
+		if err := checkIno(r.Ino); err != nil {
+			return err
+		}
+		return s.applyFree(r.Ino, freed)
+	case format.RecLink:
+		if err := checkIno(r.Parent); err != nil {
+			return err
+		}
+		if err := checkIno(r.Ino); err != nil {
+			return err
+		}
+		return treeErr(s.treeFor(r.Parent).Put(format.DirentKey(r.Parent, r.Name), format.DirentVal(r.Ino, r.Mode)))
+	case format.RecUnlink:
+		if err := checkIno(r.Parent); err != nil {
+			return err
+		}
+		_, err := s.treeFor(r.Parent).Delete(format.DirentKey(r.Parent, r.Name))
+		return treeErr(err)
+	case format.RecMap:
+		if err := checkIno(r.Ino); err != nil {
+			return err
+		}
+		if r.PBlk < s.sb.MetaEnd() || r.PBlk+r.Len > s.sb.BackupBlock {
+			return bad("extent %d+%d outside the data area", r.PBlk, r.Len)
+		}
+		return s.applyMap(r.Ino, Extent{LBlk: r.LBlk, Len: r.Len, PBlk: r.PBlk, Flags: r.Flags, Stream: r.Stream}, freed)
+	case format.RecPunch:
+		if err := checkIno(r.Ino); err != nil {
+			return err
+		}
+		return s.applyPunch(r.Ino, r.LBlk, r.Len, freed)
+	case format.RecXattr:
+		if err := checkIno(r.Ino); err != nil {
+			return err
+		}
+		return treeErr(s.treeFor(r.Ino).Update(func(tx *tree.Tx) error {
+			if err := deleteChunks(tx, format.XattrPrefix(r.Ino, r.Name)); err != nil {
+				return err
+			}
+			return putChunks(tx, r.Value, func(i int) []byte { return format.XattrKey(r.Ino, r.Name, i) })
+		}))
+	case format.RecXattrDel:
+		if err := checkIno(r.Ino); err != nil {
+			return err
+		}
+		return treeErr(s.treeFor(r.Ino).Update(func(tx *tree.Tx) error {
+			return deleteChunks(tx, format.XattrPrefix(r.Ino, r.Name))
+		}))
+	case format.RecAG:
+		if r.AG >= s.sb.AGCount {
+			return bad("AG %d", r.AG)
+		}
+		if s.agNext[r.AG].Load() < r.Next {
+			s.agNext[r.AG].Store(r.Next)
+		}
+	case format.RecRotor:
+		s.rotor.Store(r.Next % s.sb.AGCount)
+	default:
+		return bad("unexpected")
+	}
+	return nil
+}
+
+// applyInode stores an inode's attributes, keeping the AG counters, the
+// orphan list and (for a new symlink) the target.
+func (s *Store) applyInode(a *format.InodeRec) error {
+	ino := a.Ino
+	ag := alloc.InoAG(ino)
+	t := s.trees[ag]
+	old, existed, err := t.Get(format.InodeKey(ino))
+	if err != nil {
+		return treeErr(err)
+	}
+	var prev format.InodeRec
+	if existed {
+		if prev, err = format.DecodeInodeVal(old); err != nil {
+			return fmt.Errorf("inode %d: %w", ino, err)
+		}
+	}
+	if err := t.Put(format.InodeKey(ino), format.InodeVal(a)); err != nil {
+		return treeErr(err)
+	}
+	if !existed {
+		s.ags[ag].add(a.Stream, 1)
+		if a.Target != "" {
+			if err := treeErr(t.Update(func(tx *tree.Tx) error {
+				return putChunks(tx, []byte(a.Target), func(i int) []byte { return format.TargetKey(ino, i) })
+			})); err != nil {
+				return err
+			}
+		}
+	} else if prev.Stream != a.Stream {
+		s.ags[ag].moveStream(prev.Stream, a.Stream)
+	}
+	orphan := a.Nlink == 0 && ino != RootIno
+	if orphan && (!existed || prev.Nlink != 0) {
+		if err := t.Put(format.OrphanKey(ino), nil); err != nil {
+			return treeErr(err)
+		}
+	} else if !orphan && existed && prev.Nlink == 0 {
+		if _, err := t.Delete(format.OrphanKey(ino)); err != nil {
+			return treeErr(err)
+		}
+	}
+	s.bumpAGNext(ino)
+	return nil
+}
+
+// applyFree deletes everything ino owns and frees its blocks.
+func (s *Store) applyFree(ino uint64, freed *[]alloc.Extent) error {
+	t := s.treeFor(ino)
+	var exts []Extent
+	var stream uint32
+	found := false
+	err := t.Update(func(tx *tree.Tx) error {
+		var keys [][]byte
+		prefix := format.InoPrefix(ino)
+		var derr error
+		err := tx.Ascend(prefix, func(k, v []byte) bool {
+			if !bytes.HasPrefix(k, prefix) {
+				return false
+			}
+			switch k[9] {
+			case format.KindInode:
+				a, err := format.DecodeInodeVal(v)
+				if err != nil {
+					derr = err
+					return false
+				}
+				stream, found = a.Stream, true
+			case format.KindExtent:
+				e, err := decodeExtent(k, v)
+				if err != nil {
+					derr = err
+					return false
+				}
+				exts = append(exts, e)
+			}
+			keys = append(keys, bytes.Clone(k))
+			return true
+		})
+		if err == nil {
+			err = derr
+		}
+		if err != nil {
+			return err
+		}
+		for _, k := range keys {
+			if _, err := tx.Delete(k); err != nil {
+				return err
+			}
+		}
+		_, err = tx.Delete(format.OrphanKey(ino))
+		return err
+	})
+	if err != nil {
+		return treeErr(err)
+	}
+	if found {
+		s.ags[alloc.InoAG(ino)].add(stream, -1)
+	}
+	s.itab.del(ino)
+	for _, e := range exts {
+		if err := s.spaceFree(e.PBlk, e.Len); err != nil {
+			return fmt.Errorf("inode %d: %w", ino, err)
+		}
+		*freed = append(*freed, alloc.Extent{Start: e.PBlk, Len: e.Len})
+	}
+	return nil
+}
+
+// applyMap maps x in ino's extents.
+func (s *Store) applyMap(ino uint64, x Extent, freed *[]alloc.Extent) error {
+	var old, fresh []Extent
+	err := s.treeFor(ino).Update(func(tx *tree.Tx) error {
+		var err error
+		old, fresh, err = setTx(tx, ino, x)
+		return err
+	})
+	if err != nil {
+		return treeErr(err)
+	}
+	for _, f := range fresh {
+		if err := s.spaceUse(f.PBlk, f.Len); err != nil {
+			return fmt.Errorf("inode %d extent %d+%d: %w", ino, f.LBlk, f.Len, err)
+		}
+	}
+	var delta int64
+	for _, f := range fresh {
+		delta += int64(f.Len)
+	}
+	for _, o := range old {
+		delta -= int64(o.Len)
+		if err := s.spaceFree(o.PBlk, o.Len); err != nil {
+			return fmt.Errorf("inode %d: %w", ino, err)
+		}
+		*freed = append(*freed, alloc.Extent{Start: o.PBlk, Len: o.Len})
+	}
+	return s.addBlocks(ino, delta)
+}
+
+// applyPunch makes ino's blocks [lblk, lblk+n) a hole.
+func (s *Store) applyPunch(ino, lblk, n uint64, freed *[]alloc.Extent) error {
+	var old []Extent
+	err := s.treeFor(ino).Update(func(tx *tree.Tx) error {
+		var err error
+		old, err = punchTx(tx, ino, lblk, n)
+		return err
+	})
+	if err != nil {
+		return treeErr(err)
+	}
+	var delta int64
+	for _, o := range old {
+		delta -= int64(o.Len)
+		if err := s.spaceFree(o.PBlk, o.Len); err != nil {
+			return fmt.Errorf("inode %d: %w", ino, err)
+		}
+		*freed = append(*freed, alloc.Extent{Start: o.PBlk, Len: o.Len})
+	}
+	return s.addBlocks(ino, delta)
+}
+
+// addBlocks adjusts ino's block count: in the cached inode (whose next
+// journaled attributes carry it) and in its stored record, so replay ends
+// with the right count whatever was journaled after.
+func (s *Store) addBlocks(ino uint64, delta int64) error {
+	if delta == 0 {
+		return nil
+	}
+	if in := s.itab.get(ino); in != nil {
+		// The caller holds in.mu (operations) or runs alone (replay).
+		in.attr.Blocks = uint64(int64(in.attr.Blocks) + delta)
+	}
+	t := s.treeFor(ino)
+	return treeErr(t.Update(func(tx *tree.Tx) error {
+		v, ok, err := tx.Get(format.InodeKey(ino))
+		if err != nil || !ok {
+			return err
+		}
+		a, err := format.DecodeInodeVal(v)
+		if err != nil {
+			return err
+		}
+		a.Blocks = uint64(int64(a.Blocks) + delta)
+		return tx.Put(format.InodeKey(ino), format.InodeVal(&a))
+	}))
+}
+
+// putChunks stores value under the keys key(0), key(1), ...
+func putChunks(tx *tree.Tx, value []byte, key func(int) []byte) error {
+	for i := 0; ; i++ {
+		n := min(len(value), format.ChunkBytes)
+		if err := tx.Put(key(i), value[:n]); err != nil {
+			return err
+		}
+		value = value[n:]
+		if len(value) == 0 {
+			return nil
+		}
+	}
+}
+
+// deleteChunks deletes every key with prefix.
+func deleteChunks(tx *tree.Tx, prefix []byte) error {
+	var keys [][]byte
+	err := tx.Ascend(prefix, func(k, v []byte) bool {
+		if !bytes.HasPrefix(k, prefix) {
+			return false
+		}
+		keys = append(keys, bytes.Clone(k))
+		return true
+	})
+	for _, k := range keys {
+		if err == nil {
+			_, err = tx.Delete(k)
+		}
+	}
+	return err
+}
+
+// getChunks reads the value stored under the keys prefix+chunk; ok is
+// false when there is none.
+func getChunks(r seeker, prefix []byte, max int) (val []byte, ok bool, err error) {
+	var derr error
+	next := 0
+	err = r.Ascend(prefix, func(k, v []byte) bool {
+		if !bytes.HasPrefix(k, prefix) || len(k) != len(prefix)+1 {
+			return false
+		}
+		if int(k[len(prefix)]) != next || len(val)+len(v) > max {
+			derr = fmt.Errorf("value chunk %d of %d bytes after %d bytes: %w", k[len(prefix)], len(v), len(val), format.ErrCorrupt)
+			return false
+		}
+		next++
+		ok = true
+		val = append(val, v...)
+		return true
+	})
+	if err == nil {
+		err = derr
+	}
+	return val, ok, treeErr(err)
+}
+
+// txn collects one operation's records: each is applied to the trees as it
+// is added and the whole is journaled by commit. A failure to apply leaves
+// the trees ahead of the journal, so it shuts the filesystem down.
+type txn struct {
+	s     *Store
+	e     format.Encoder
+	freed []alloc.Extent
+	err   error
+}
+
+func (t *txn) add(start int) {
+	if t.err != nil {
+		return
+	}
+	t.err = format.DecodeRecords(t.e.Buf[start:], func(r *format.Record) error { return t.s.apply(r, &t.freed) })
+}
+
+func (t *txn) inode(a *format.InodeRec) { n := len(t.e.Buf); t.e.Inode(a); t.add(n) }
+func (t *txn) free(ino uint64)          { n := len(t.e.Buf); t.e.Free(ino); t.add(n) }
+func (t *txn) unlink(parent uint64, name string) {
+	n := len(t.e.Buf)
+	t.e.Unlink(parent, name)
+	t.add(n)
+}
+func (t *txn) link(parent, ino uint64, mode uint32, name string) {
+	n := len(t.e.Buf)
+	t.e.Link(parent, ino, mode, name)
+	t.add(n)
+}
+func (t *txn) mapExt(ino uint64, x Extent) {
+	n := len(t.e.Buf)
+	t.e.Map(ino, x.LBlk, x.Len, x.PBlk, x.Flags, x.Stream)
+	t.add(n)
+}
+func (t *txn) punch(ino, lblk, n uint64) {
+	m := len(t.e.Buf)
+	t.e.Punch(ino, lblk, n)
+	t.add(m)
+}
+func (t *txn) xattr(ino uint64, name string, v []byte) {
+	n := len(t.e.Buf)
+	t.e.Xattr(ino, name, v)
+	t.add(n)
+}
+func (t *txn) xattrDel(ino uint64, name string) { n := len(t.e.Buf); t.e.XattrDel(ino, name); t.add(n) }
+
+// commit journals the records (opLock is held shared by the caller).
+func (t *txn) commit(extra ...alloc.Extent) error {
+	if t.err != nil {
+		t.s.shutdown(fmt.Errorf("applying metadata change: %w", t.err))
+		return syscall.EIO
+	}
+	if len(t.e.Buf) > 0 || len(extra) > 0 {
+		t.s.j.append(t.e.Buf, append(t.freed, extra...))
+	}
+	return nil
+}
