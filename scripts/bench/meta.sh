@@ -31,15 +31,19 @@
 # faster; for times, bytes, RSS and latencies above 1 means streamfs is worse.
 #
 # Usage: sudo scripts/bench/meta.sh [--quick] [--csv FILE]
-#   --quick   META_FILES=10000 APPEND_WRITES=1024 STORM_FILES=10000 (~2 min)
+#   --quick   META_FILES="10000 100000" APPEND_WRITES=4096 STORM_FILES=20000
+#             (about 2 minutes with the pre-B+tree streamfs)
 #   --csv F   also write the results as CSV (files,metric,unit,fs,value) to F
 # Environment (besides lib.sh's BENCH_OUT and STREAMFS_BIN, a prebuilt
 # streamfs binary; default: built from this checkout):
 #   META_FILES="10000 100000 1000000"  file counts, one full run each
 #   FSES="streamfs xfs ext4"           filesystems (the ratios need xfs/ext4)
-#   APPEND_WRITES=4096  STORM_FILES=100000  STALL_MIB=512 (the writer
-#                  appends, wrapping there)
-#   IMG_SIZE=16G  AGS=4 (streamfs --ag-count and mkfs.xfs agcount)
+#   APPEND_WRITES=32768  appends: 256 MiB of journal at 2 blocks per commit,
+#                  so journal wraps (checkpoints) are part of the average
+#   STORM_FILES=1000000  the storm creates min(N, STORM_FILES) files: as many
+#                  as the directory holds, so a full journal can happen during it
+#   STALL_MIB=512  the stall writer appends, wrapping there
+#   IMG_SIZE=32G  AGS=4 (streamfs --ag-count and mkfs.xfs agcount)
 #   SFS_OPTS=   extra streamfs -o options
 #   TMPFS_SIZE=12g  size limit of the private tmpfs under /tmp/bench-meta-PID
 #   MOUNT_TIMEOUT=900  OP_TIMEOUT=7200  seconds before a mount or a loop is
@@ -59,16 +63,16 @@ while [ $# -gt 0 ]; do
 	shift
 done
 if [ "$QUICK" = 1 ]; then
-	META_FILES=${META_FILES:-10000}
-	APPEND_WRITES=${APPEND_WRITES:-1024}
-	STORM_FILES=${STORM_FILES:-10000}
+	META_FILES=${META_FILES:-10000 100000}
+	APPEND_WRITES=${APPEND_WRITES:-4096}
+	STORM_FILES=${STORM_FILES:-20000}
 fi
 META_FILES=${META_FILES:-10000 100000 1000000}
-APPEND_WRITES=${APPEND_WRITES:-4096}
-STORM_FILES=${STORM_FILES:-100000}
+APPEND_WRITES=${APPEND_WRITES:-32768}
+STORM_FILES=${STORM_FILES:-1000000}
 STALL_MIB=${STALL_MIB:-512}
 FSES=${FSES:-streamfs xfs ext4}
-IMG_SIZE=${IMG_SIZE:-16G}
+IMG_SIZE=${IMG_SIZE:-32G}
 AGS=${AGS:-4}
 SFS_OPTS=${SFS_OPTS:-}
 TMPFS_SIZE=${TMPFS_SIZE:-12g}
@@ -172,8 +176,8 @@ fs_mkfs() {
 	case $1 in
 	streamfs) "$STREAMFS_BIN" mkfs --ag-count "$AGS" -f "$2" >/dev/null ;;
 	xfs) mkfs.xfs -f -q -d agcount="$AGS" "$2" ;;
-	# one inode per 8 KiB: room for the largest N plus the storm
-	ext4) mkfs.ext4 -q -F -i 8192 "$2" ;;
+	# one inode per 4 KiB: room for the largest N plus the storm
+	ext4) mkfs.ext4 -q -F -i 4096 "$2" ;;
 	esac
 }
 
@@ -231,6 +235,13 @@ fs_umount() {
 	unmount "$mnt" # bookkeeping only: already unmounted
 }
 
+# sfs_stats NAME: keep streamfs's own counters (checkpoints written, ...) with
+# the raw output; not every version has them, so failure is no error.
+sfs_stats() {
+	[ "$FS" = streamfs ] || return 0
+	"$STREAMFS_BIN" stats --json "$W/mnt-$FS" >"$BENCH_OUT/$CASE.$1.stats.json" 2>&1 || true
+}
+
 declare -A RES=() # "N|metric|fs" -> value
 METRICS=(
 	"create|creates/s" "stat|stats/s" "readdir|entries/s" "rename|renames/s" "unlink|unlinks/s"
@@ -279,6 +290,7 @@ run_case() {
 		put rss_created "$(mib_field "$PID" VmRSS)"
 		put hwm_created "$(mib_field "$PID" VmHWM)"
 	fi
+	sfs_stats created
 	fs_umount "$FS" "$mnt"
 	put umount_dirty "$UMOUNT_S"
 	put meta_per_create "$(awk -v a="$w0" -v b="$(written_bytes "$dev")" -v n="$N" 'BEGIN { printf "%.0f", (b - a) / n }')"
@@ -328,6 +340,7 @@ run_case() {
 	run_op unlink unlink "$mnt/d" "$N" g
 	put unlink "$(rate "$OPS" "$SECS")"
 	if [ "$sfs" = 1 ]; then put hwm_end "$(mib_field "$PID" VmHWM)"; fi
+	sfs_stats end
 	fs_umount "$FS" "$mnt"
 	if [ "$sfs" = 1 ]; then
 		# the device must be free and consistent once the daemon is gone
@@ -362,7 +375,7 @@ bin_id() {
 	echo
 	echo "- $(date -u '+%Y-%m-%d %H:%M UTC'), kernel $(uname -r), $(nproc) CPUs, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo)"
 	echo "- streamfs: \`$STREAMFS_BIN\` ($(bin_id)), --ag-count $AGS, -o ${SFS_OPTS:-<defaults>}"
-	echo "- XFS (agcount=$AGS) and ext4 (-i 8192, noinit_itable): kernel, each on a loop device; all images $IMG_SIZE sparse on one private tmpfs"
+	echo "- XFS (agcount=$AGS) and ext4 (-i 4096, noinit_itable): kernel, each on a loop device; all images $IMG_SIZE sparse on one private tmpfs"
 	echo "- every filesystem freshly made per file count; one directory of N files named f0..f(N-1)"
 	echo "- metadata bytes: sectors written on the filesystem's loop device (/sys/block/loopN/stat);"
 	echo "  per create: from before the creates until unmounted (daemon exited); per append: during the"
