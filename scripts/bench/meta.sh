@@ -48,6 +48,7 @@
 #   TMPFS_SIZE=12g  size limit of the private tmpfs under /tmp/bench-meta-PID
 #   MOUNT_TIMEOUT=900  OP_TIMEOUT=7200  seconds before a mount or a loop is
 #                  declared hung
+# shellcheck source-path=SCRIPTDIR
 source "$(dirname "$0")/lib.sh"
 
 QUICK=0
@@ -130,6 +131,7 @@ clean_stale
 bench_init meta
 trap meta_cleanup EXIT
 mount -t tmpfs -o "size=$TMPFS_SIZE,mode=0755" streamfs-bench-meta "$BENCH_DIR"
+log "private tmpfs (size=$TMPFS_SIZE) mounted on $BENCH_DIR"
 W=$BENCH_DIR
 METAOPS=$BENCH_OUT/metaops
 gcc -O2 -Wall -o "$METAOPS" "$BENCH_ROOT/scripts/bench/metaops.c"
@@ -355,7 +357,7 @@ run_case() {
 
 declare -A FSCK=()
 for N in $META_FILES; do
-	[[ $N =~ ^[0-9]+$ ]] && [ "$N" -gt 0 ] || die "META_FILES: bad count $N"
+	if ! [[ $N =~ ^[1-9][0-9]*$ ]]; then die "META_FILES: bad count $N"; fi
 	for fs in $FSES; do
 		run_case "$fs" "$N"
 	done
@@ -388,7 +390,9 @@ bin_id() {
 		echo
 		echo "### $N files"
 		echo
-		echo "| metric | unit | $(echo "$FSES" | sed 's/ / | /g') | streamfs/xfs | streamfs/ext4 |"
+		hdr="| metric | unit |"
+		for fs in $FSES; do hdr="$hdr $fs |"; done
+		echo "$hdr streamfs/xfs | streamfs/ext4 |"
 		echo "|---|---|$(for _ in $FSES; do printf -- '---:|'; done)---:|---:|"
 		for m in "${METRICS[@]}"; do
 			key=${m%%|*}
