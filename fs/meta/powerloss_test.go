@@ -277,6 +277,8 @@ type plRun struct {
 	seq  int // name counter
 	gen  byte
 	open map[uint64]*Inode // open handles of unlinked files (orphans)
+	// shutdown: an injected flush failure shut the store down this round.
+	shutdown bool
 }
 
 const plMaxFile = 192 << 10
@@ -521,6 +523,12 @@ func (r *plRun) stepOp() bool {
 	}
 	m.step()
 	if r.dev.didCut() {
+		return false
+	}
+	if err != nil && s.j.failed.Load() {
+		// An injected flush failure shut the filesystem down: the round
+		// ends as a crash would.
+		r.shutdown = true
 		return false
 	}
 	if err != nil && !isExpected(err) {
@@ -799,8 +807,19 @@ func TestPowerLoss(t *testing.T) {
 			break
 		}
 		ops := 20 + rng.IntN(200)
+		// Half the cuts reorder what the device's cache had not destaged;
+		// a quarter of the rounds also fail one flush, which shuts the
+		// filesystem down (the flush may have landed, or lost its writes).
 		opt := faulty.CutOptions{KeepRandomPrefix: rng.IntN(4) != 0, TearLast: rng.IntN(2) == 0}
+		if rng.IntN(2) == 0 {
+			opt = faulty.CutOptions{Reorder: true, TearLast: rng.IntN(2) == 0, TearAny: rng.IntN(2) == 0}
+		}
 		dev.arm(rng.IntN(2*ops+1), rng.IntN(2) == 0, opt)
+		r.shutdown = false
+		if rng.IntN(4) == 0 {
+			outcome := []faulty.FlushOutcome{faulty.FlushFailed, faulty.FlushFailedLanded, faulty.FlushFailedLost}[rng.IntN(3)]
+			fd.FailNthFlush(int64(1+rng.IntN(ops/2+1)), outcome)
+		}
 		for i := 0; i < ops; i++ {
 			if !r.stepOp() {
 				break
@@ -808,6 +827,13 @@ func TestPowerLoss(t *testing.T) {
 			if rng.IntN(4) == 0 && len(r.m.files) > 0 && !dev.didCut() {
 				r.sanity(pick(rng, slices.Sorted(maps.Keys(r.m.files))))
 			}
+		}
+		fd.InjectFlushFaults(nil)
+		if r.shutdown {
+			stats["shut down by a failed flush"]++
+		}
+		if opt.Reorder {
+			stats["reordered cuts"]++
 		}
 		if !dev.didCut() {
 			stats["cut between operations"]++
