@@ -1,0 +1,266 @@
+package meta
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/streamfs/streamfs/backend"
+	"github.com/streamfs/streamfs/backend/faulty"
+	"github.com/streamfs/streamfs/fs/format"
+)
+
+// fsckImage makes a populated filesystem (directories, files with data,
+// a hard link, a symlink, xattrs, a big directory spanning tree nodes) and
+// returns its image path, cleanly unmounted.
+func fsckImage(t *testing.T) string {
+	t.Helper()
+	fd, path := newTestImage(t, 64<<20, 1)
+	s, err := Open(fd, testOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.Create(s.Root(), "d", NewInode{Mode: syscall.S_IFDIR | 0o755})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 300; i++ {
+		f := mustCreate(t, s, d, strings.Repeat("n", 100)+itoa(uint64(i)))
+		mustWrite(t, s, f, tagged(f.Ino(), 0, 5000, 1), 0)
+	}
+	f := mustCreate(t, s, s.Root(), "f")
+	mustWrite(t, s, f, tagged(f.Ino(), 0, 1<<20, 1), 0)
+	if err := s.Link(d, "hard", f); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Create(s.Root(), "sym", NewInode{Mode: syscall.S_IFLNK | 0o777, Target: strings.Repeat("t", 1500)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Setxattr(f, "user.big", make([]byte, 3000), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fd.Close() // releases the device lock for the checks
+	return path
+}
+
+func itoa(v uint64) string { return strconv.FormatUint(v, 10) }
+
+// openImage opens an image file through a faulty device (for Fsck/Open).
+func openImage(t *testing.T, path string) *faulty.Device {
+	t.Helper()
+	inner, err := backend.OpenFile(path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd := faulty.New(inner, 1)
+	t.Cleanup(func() { fd.Close() })
+	return fd
+}
+
+func copyFile(t *testing.T, src string) string {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := t.TempDir() + "/img"
+	if err := os.WriteFile(dst, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+func fsckRun(t *testing.T, path string, repair bool) *FsckReport {
+	t.Helper()
+	fd := openImage(t, path)
+	defer fd.Close()
+	rep, err := Fsck(fd, FsckOptions{Repair: repair})
+	if err != nil {
+		t.Fatalf("fsck: %v", err)
+	}
+	return rep
+}
+
+// treeBlocks lists the tree node blocks of a clean image.
+func treeBlocks(t *testing.T, path string) (*format.Super, []uint64) {
+	t.Helper()
+	fd := openImage(t, path)
+	defer fd.Close()
+	s, err := Open(fd, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var blks []uint64
+	for _, tr := range s.trees {
+		if err := tr.Blocks(func(b uint64) { blks = append(blks, b) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s.sb, blks
+}
+
+func corruptAt(t *testing.T, path string, off int64, b []byte) {
+	t.Helper()
+	fh, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	if _, err := fh.WriteAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Damage to any tree node or checkpoint slot is reported (exit 4), never a
+// panic or "clean"; a mount of the damaged image fails with an error or
+// works read-only without panicking.
+func TestFsckReportsDamagedStructures(t *testing.T) {
+	img := fsckImage(t)
+	if rep := fsckRun(t, img, false); len(rep.Problems) != 0 {
+		t.Fatalf("fresh image: %v", rep.Problems)
+	}
+	sb, blks := treeBlocks(t, img)
+	if len(blks) < 4 {
+		t.Fatalf("only %d tree nodes", len(blks))
+	}
+	bs := int64(sb.BlockSize)
+	cases := map[string]func(string){
+		"checkpoint slot 0": func(p string) { corruptAt(t, p, int64(sb.CkptStart)*bs+9, []byte{0xff}) },
+		"checkpoint slot 1": func(p string) { corruptAt(t, p, int64(sb.CkptStart+sb.CkptBlocks)*bs+9, []byte{0xff}) },
+		"checkpoint roots":  func(p string) { corruptAt(t, p, int64(sb.CkptStart+1)*bs+3, []byte{0xff}) },
+	}
+	for i, b := range blks {
+		if i%max(1, len(blks)/6) != 0 {
+			continue
+		}
+		blk := b
+		cases["tree node "+itoa(blk)+" header"] = func(p string) { corruptAt(t, p, int64(blk)*bs+20, []byte{0x5a}) }
+		cases["tree node "+itoa(blk)+" body"] = func(p string) { corruptAt(t, p, int64(blk)*bs+bs/2, []byte{0x5a, 0xa5}) }
+	}
+	for name, damage := range cases {
+		t.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) {
+			p := copyFile(t, img)
+			damage(p)
+			rep := fsckRun(t, p, false)
+			if len(rep.Problems) == 0 {
+				t.Fatalf("fsck says clean after damage to %s", name)
+			}
+			if rep.ExitCode() != FsckUncorrected {
+				t.Fatalf("exit %d, want %d: %v", rep.ExitCode(), FsckUncorrected, rep.Problems)
+			}
+			fd := openImage(t, p)
+			defer fd.Close()
+			if s, err := Open(fd, Options{ReadOnly: true}); err == nil {
+				s.Close()
+			}
+		})
+	}
+}
+
+// Logical damage that fsck -y can repair: link counts, block counts,
+// dangling entries, a directory's parent pointer. The second run is clean.
+func TestFsckRepairs(t *testing.T) {
+	cases := map[string]func(s *Store){
+		"link count": func(s *Store) {
+			f, _ := s.Lookup(s.Root(), "f")
+			a := f.attr
+			a.Nlink = 7
+			s.applyInode(&a)
+		},
+		"block count": func(s *Store) {
+			f, _ := s.Lookup(s.Root(), "f")
+			a := f.attr
+			a.Blocks = 3
+			s.applyInode(&a)
+		},
+		"dangling entry": func(s *Store) {
+			tx := &txn{s: s}
+			tx.link(RootIno, 0x4242, syscall.S_IFREG, "ghost")
+		},
+		"parent pointer": func(s *Store) {
+			d, _ := s.Lookup(s.Root(), "d")
+			a := d.attr
+			a.Parent = 0x777
+			s.applyInode(&a)
+		},
+	}
+	for name, damage := range cases {
+		t.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) {
+			p := fsckImage(t)
+			fd := openImage(t, p)
+			s, err := Open(fd, testOpts())
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Damage the trees directly (no journal record) and checkpoint.
+			s.opLock.Lock()
+			damage(s)
+			s.opLock.Unlock()
+			s.itab = newInodeTable() // forget cached attributes
+			if err := s.checkpoint(); err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+			fd.Close()
+			rep := fsckRun(t, p, false)
+			if len(rep.Problems) == 0 {
+				t.Fatalf("fsck -n found nothing after damaging the %s", name)
+			}
+			rep = fsckRun(t, p, true)
+			if rep.ExitCode() != FsckCorrected || !rep.Wrote {
+				t.Fatalf("fsck -y: exit %d (wrote %v): %v", rep.ExitCode(), rep.Wrote, rep.Problems)
+			}
+			if rep = fsckRun(t, p, false); len(rep.Problems) != 0 {
+				t.Fatalf("fsck after repair: %v", rep.Problems)
+			}
+			fd = openImage(t, p)
+			s, err = Open(fd, testOpts())
+			if err != nil {
+				t.Fatalf("mount after repair: %v", err)
+			}
+			readTree(t, s)
+			s.Close()
+		})
+	}
+}
+
+// Free space that overlaps a file is found (and not "repaired" by guessing).
+func TestFsckFreeSpaceOverlap(t *testing.T) {
+	p := fsckImage(t)
+	fd := openImage(t, p)
+	s, err := Open(fd, testOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, _ := s.Lookup(s.Root(), "f")
+	exts, err := s.Extents(f)
+	if err != nil || len(exts) == 0 {
+		t.Fatal(exts, err)
+	}
+	s.opLock.Lock()
+	if err := s.spaceFree(exts[0].PBlk, 1); err != nil {
+		t.Fatal(err)
+	}
+	s.opLock.Unlock()
+	if err := s.checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	fd.Close()
+	rep := fsckRun(t, p, false)
+	found := false
+	for _, pr := range rep.Problems {
+		if strings.Contains(pr, "also belong") {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("fsck missed free space overlapping a file: %v", rep.Problems)
+	}
+}
