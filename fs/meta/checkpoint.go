@@ -38,9 +38,8 @@ func (j *journal) checkpointLocked() error {
 	}
 	s.opLock.Lock()
 	writes, roots, released, err := s.snapshotLocked()
-	tx, _, frees := j.detachLocked()
-	seq := j.openTx
-	_ = tx
+	_, _, frees, _ := j.detach(true) // the snapshot contains its records
+	seq := j.openTx.Load()
 	s.opLock.Unlock()
 	if err != nil {
 		return s.shutdown(fmt.Errorf("preparing checkpoint: %w", err))
@@ -273,7 +272,8 @@ func (s *Store) replay(h *format.CkptHeader, apply func(*format.Record) error) (
 			break
 		}
 	}
-	j.head, j.used, j.openTx = pos, used, seq
+	j.head, j.used = pos, used
+	j.openTx.Store(seq)
 	j.committed.Store(seq)
 	return commits, records, nil
 }

@@ -116,7 +116,7 @@ func Fsck(dev backend.Device, opts FsckOptions) (*FsckReport, error) {
 	if badCommit {
 		// The commits after the bad one are still in the journal: start the
 		// sequence far beyond them so replay never reaches any of them.
-		s.j.openTx += 1 << 32
+		s.j.openTx.Add(1 << 32)
 		f.fixes++
 	}
 	if f.fixes > 0 {

@@ -1,8 +1,10 @@
 package meta
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -11,9 +13,17 @@ import (
 )
 
 // journal is the write-ahead log. Operations append their records to the
-// open transaction under mu; a commit takes the whole open transaction and
-// writes it as one checksummed commit (group commit): every fsync waiting
-// at that moment is served by the same device flushes.
+// open transaction; a commit takes the whole open transaction and writes it
+// as one checksummed commit (group commit): every fsync waiting at that
+// moment is served by the same device flushes.
+//
+// The open transaction is striped so that writers do not serialize on one
+// lock: an operation takes a sequence number and appends to the stripe it
+// names; a commit locks every stripe, detaches them and merges their
+// records in sequence order. Records of one inode keep their order because
+// an operation appends while it holds the inode's lock (so its number is
+// taken after every earlier change to that inode); free-space changes of
+// concurrent operations touch disjoint blocks and commute.
 //
 // A commit is: device Flush (the data the records point at is durable
 // first: durability rule 1), write the commit blocks, device Flush. Blocks
@@ -22,10 +32,9 @@ import (
 type journal struct {
 	s *Store
 
-	mu          sync.Mutex // guards the fields up to commitMu; innermost lock
-	enc         format.Encoder
-	openTx      uint64         // sequence number the open transaction will commit as
-	pendingFree []alloc.Extent // blocks freed by the open transaction
+	opSeq   atomic.Uint64 // orders appended operations
+	stripes [journalStripes]stripe
+	openTx  atomic.Uint64 // sequence number the open transaction will commit as; changed with every stripe locked
 
 	commitMu sync.Mutex // serializes commits and checkpoints; guards the fields below
 	head     uint64     // journal block where the next commit goes
@@ -39,21 +48,54 @@ type journal struct {
 	failed     atomic.Bool   // shut down: the journal accepts no more commits
 }
 
+const journalStripes = 16
+
+// stripe is one part of the open transaction.
+type stripe struct {
+	mu   sync.Mutex // leaf
+	buf  []byte
+	ents []stripeEnt
+	free []alloc.Extent // blocks freed by the open transaction
+	_    [40]byte       // keep stripes on their own cache lines
+}
+
+type stripeEnt struct {
+	seq      uint64
+	off, end int
+}
+
 // append adds one operation's records (already encoded in rec) to the open
-// transaction and the extents it frees. The caller holds Store.opLock shared.
+// transaction and the extents it frees. The caller holds Store.opLock
+// shared and the locks of the inodes the records change.
 func (j *journal) append(rec []byte, freed []alloc.Extent) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.enc.Buf = append(j.enc.Buf, rec...)
-	j.pendingFree = append(j.pendingFree, freed...)
+	seq := j.opSeq.Add(1)
+	st := &j.stripes[seq%journalStripes]
+	st.mu.Lock()
+	off := len(st.buf)
+	st.buf = append(st.buf, rec...)
+	st.ents = append(st.ents, stripeEnt{seq, off, len(st.buf)})
+	st.free = append(st.free, freed...)
+	st.mu.Unlock()
+}
+
+// pendingFreeBlocks counts blocks freed by the open transaction.
+func (j *journal) pendingFreeBlocks() uint64 {
+	var n uint64
+	for i := range j.stripes {
+		st := &j.stripes[i]
+		st.mu.Lock()
+		for _, e := range st.free {
+			n += e.Len
+		}
+		st.mu.Unlock()
+	}
+	return n
 }
 
 // sync makes every transaction appended so far durable, together with every
 // data write that completed before the call.
 func (j *journal) sync() error {
-	j.mu.Lock()
-	want := j.openTx
-	j.mu.Unlock()
+	want := j.openTx.Load()
 	started := j.flushStart.Load()
 	j.commitMu.Lock()
 	defer j.commitMu.Unlock()
@@ -80,19 +122,16 @@ func (j *journal) commitLocked() error {
 	if j.s.readOnly {
 		return nil
 	}
-	j.mu.Lock()
-	if len(j.enc.Buf) == 0 {
+	tx, payload, frees, empty := j.detach(false)
+	if empty {
 		// Nothing to log: only make completed data writes durable. The
 		// open transaction keeps its sequence number, since replay stops
 		// at the first gap in the sequence.
-		j.mu.Unlock()
 		if err := j.flush(); err != nil {
 			return j.s.shutdown(err)
 		}
 		return nil
 	}
-	tx, payload, frees := j.detachLocked()
-	j.mu.Unlock()
 	if j.s.needCheckpoint() {
 		// Too much is dirty: a checkpoint contains this transaction.
 		if err := j.checkpointLocked(); err != nil {
@@ -136,12 +175,42 @@ func (j *journal) commitLocked() error {
 	return nil
 }
 
-// detachLocked takes the open transaction out for committing. j.mu is held.
-func (j *journal) detachLocked() (tx uint64, payload []byte, frees []alloc.Extent) {
-	tx, payload, frees = j.openTx, j.enc.Buf, j.pendingFree
-	j.enc.Buf, j.pendingFree = nil, nil
-	j.openTx++
-	return tx, payload, frees
+// detach takes the open transaction out for committing, its records in
+// operation order. An empty transaction is left open (keeping its number)
+// unless always is set.
+func (j *journal) detach(always bool) (tx uint64, payload []byte, frees []alloc.Extent, empty bool) {
+	for i := range j.stripes {
+		j.stripes[i].mu.Lock()
+	}
+	type ent struct {
+		seq uint64
+		b   []byte
+	}
+	var ents []ent
+	for i := range j.stripes {
+		st := &j.stripes[i]
+		for _, e := range st.ents {
+			ents = append(ents, ent{e.seq, st.buf[e.off:e.end]})
+		}
+		frees = append(frees, st.free...)
+	}
+	empty = len(ents) == 0
+	tx = j.openTx.Load()
+	if !empty || always {
+		for i := range j.stripes {
+			st := &j.stripes[i]
+			st.buf, st.ents, st.free = nil, st.ents[:0], nil
+		}
+		j.openTx.Add(1)
+	}
+	for i := range j.stripes {
+		j.stripes[i].mu.Unlock()
+	}
+	slices.SortFunc(ents, func(a, b ent) int { return cmp.Compare(a.seq, b.seq) })
+	for _, e := range ents {
+		payload = append(payload, e.b...)
+	}
+	return tx, payload, frees, empty
 }
 
 // writeCommit writes one commit at journal block pos: the data its records

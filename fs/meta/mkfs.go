@@ -107,7 +107,8 @@ func initTrees(dev backend.Device, sb *format.Super) error {
 		return err
 	}
 	s.rotor.Store(1 % sb.AGCount)
-	s.j.openTx, s.j.ckptSlot = 1, 1 // the first checkpoint: sequence 1 in slot 0
+	s.j.ckptSlot = 1 // the first checkpoint: sequence 1 in slot 0
+	s.j.openTx.Store(1)
 	s.j.committed.Store(1)
 	return s.checkpoint()
 }

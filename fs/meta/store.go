@@ -304,7 +304,8 @@ func (s *Store) load(recover bool) (h *format.CkptHeader, commits, records int, 
 		return nil, 0, 0, err
 	}
 	if !recover {
-		s.j.head, s.j.openTx = h.JournalPos, h.JournalSeq
+		s.j.head = h.JournalPos
+		s.j.openTx.Store(h.JournalSeq)
 		s.j.committed.Store(h.JournalSeq)
 		return h, 0, 0, nil
 	}

@@ -173,12 +173,7 @@ type Statfs struct {
 // transactions not yet committed, since an allocation that finds nothing
 // commits and retries.
 func (s *Store) Statfs() Statfs {
-	s.j.mu.Lock()
-	var pending uint64
-	for _, e := range s.j.pendingFree {
-		pending += e.Len
-	}
-	s.j.mu.Unlock()
+	pending := s.j.pendingFreeBlocks()
 	// Old copies of tree nodes come back at the next checkpoint.
 	s.nodeMu.Lock()
 	for _, e := range s.nodeEv {
