@@ -311,24 +311,38 @@ const trimPiece = 8192
 // from fn, still returning the held piece to free space, and reports the
 // blocks fn handled successfully.
 func (a *Allocator) Trim(minLen uint64, fn func(Extent) error) (trimmed uint64, err error) {
+	return a.TrimRange(0, ^uint64(0), minLen, fn)
+}
+
+// TrimRange is Trim limited to blocks [lo, hi) (FITRIM's start and len): a
+// free extent of at least minLen blocks that crosses the range is trimmed
+// only where it lies inside it.
+func (a *Allocator) TrimRange(lo, hi, minLen uint64, fn func(Extent) error) (trimmed uint64, err error) {
 	minLen = max(minLen, 1)
 	for _, g := range a.ags {
-		for cursor := g.start; ; {
+		if g.start+g.size <= lo || g.start >= hi {
+			continue
+		}
+		for cursor := max(g.start, lo); cursor < hi; {
 			var piece Extent
 			g.lock()
 			// A piece given back merges with its neighbours, so the cursor
 			// may sit inside a free extent: trim on from there.
 			if e, ok := g.containing(cursor); ok && e.Len >= minLen && e.end() > cursor {
-				piece = Extent{Start: cursor, Len: min(e.end()-cursor, trimPiece)}
+				piece = Extent{Start: cursor, Len: min(e.end(), hi) - cursor}
 			} else {
 				g.bno.ascend(Extent{Start: cursor}, func(e Extent) bool {
+					if e.Start >= hi {
+						return false
+					}
 					if e.Len < minLen {
 						return true
 					}
-					piece = Extent{Start: e.Start, Len: min(e.Len, trimPiece)}
+					piece = Extent{Start: e.Start, Len: min(e.end(), hi) - e.Start}
 					return false
 				})
 			}
+			piece.Len = min(piece.Len, trimPiece)
 			if piece.Len == 0 {
 				g.unlock()
 				break
@@ -352,6 +366,17 @@ func (a *Allocator) Trim(minLen uint64, fn func(Extent) error) (trimmed uint64, 
 		}
 	}
 	return trimmed, nil
+}
+
+// DeviceStream maps a file's stream id onto a device that offers max
+// streams (placement handles): ids above max wrap as ((id-1) mod max)+1, so
+// an image moved to a drive with fewer handles still writes, with streams
+// sharing handles. Stream 0 and devices without streams pass id through.
+func DeviceStream(id, max uint32) uint32 {
+	if id == 0 || max == 0 || id <= max {
+		return id
+	}
+	return (id-1)%max + 1
 }
 
 // ForEachFree visits every free extent in block order (fsck, tests).

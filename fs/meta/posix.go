@@ -1,0 +1,78 @@
+package meta
+
+import (
+	"syscall"
+
+	"github.com/streamfs/streamfs/alloc"
+)
+
+// This file holds small additions for kernel-filesystem behaviour (atime,
+// ranged FITRIM, FS_IOC_SHUTDOWN, remount): each is one self-contained
+// method so it ports easily onto a rewritten store.
+
+// TouchAtime sets in's access time to t; the FUSE layer decides when, by
+// the mount's atime policy. Like a write's times it reaches the journal
+// with the inode's next logged change or commit, not as a record per read.
+func (s *Store) TouchAtime(in *Inode, t int64) {
+	if s.writable() != nil {
+		return
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.freed {
+		return
+	}
+	s.opLock.RLock()
+	in.attr.Atime = t
+	s.markDirtyLocked(in)
+	s.opLock.RUnlock()
+}
+
+// TrimRange discards the free extents of at least minLen blocks inside
+// blocks [start, end) (FITRIM's range) and returns the blocks discarded.
+func (s *Store) TrimRange(start, end, minLen uint64) (uint64, error) {
+	if s.ReadOnly() {
+		return 0, syscall.EROFS
+	}
+	return s.alloc.TrimRange(start, end, max(minLen, 1), func(e alloc.Extent) error {
+		return s.dev.Discard(int64(e.Start*s.bs), int64(e.Len*s.bs))
+	})
+}
+
+// Shutdown flags of FS_IOC_SHUTDOWN (XFS_FSOP_GOING_FLAGS_*).
+const (
+	ShutdownDefault    = 0 // flush the log, then shut down
+	ShutdownLogFlush   = 1 // same, as streamfs has no separate data flush
+	ShutdownNoLogFlush = 2 // shut down without committing the open transaction
+)
+
+// Shutdown stops the filesystem as FS_IOC_SHUTDOWN does on XFS: with
+// DEFAULT or LOGFLUSH every change so far is committed first; then the
+// journal is marked failed, so every later change fails (EROFS, fsync
+// EIO) and unmount writes no final checkpoint. NOLOGFLUSH drops what was
+// not yet committed, like a crash.
+func (s *Store) Shutdown(flags uint32) error {
+	switch flags {
+	case ShutdownDefault, ShutdownLogFlush:
+		if !s.ReadOnly() {
+			if err := s.SyncAll(); err != nil {
+				s.j.failed.Store(true)
+				return err
+			}
+		}
+	case ShutdownNoLogFlush:
+	default:
+		return syscall.EINVAL
+	}
+	if s.j.failed.CompareAndSwap(false, true) {
+		s.log.Warn("filesystem shut down (FS_IOC_SHUTDOWN); unmount and mount again to use it")
+	}
+	return nil
+}
+
+// devStream is the stream a data write of a file with stream id carries to
+// the device: remapped onto the device's streams, so an image moved to a
+// device with fewer placement handles still writes (alloc.DeviceStream).
+func (s *Store) devStream(id uint32) uint32 {
+	return alloc.DeviceStream(id, s.dev.MaxStreams())
+}
