@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"fmt"
 	"syscall"
 
 	"github.com/streamfs/streamfs/alloc"
@@ -75,4 +76,36 @@ func (s *Store) Shutdown(flags uint32) error {
 // device with fewer placement handles still writes (alloc.DeviceStream).
 func (s *Store) devStream(id uint32) uint32 {
 	return alloc.DeviceStream(id, s.dev.MaxStreams())
+}
+
+// SetReadOnly switches a mounted filesystem read-only or back (remount).
+// Going read-only commits everything and writes a checkpoint, so nothing
+// is left to replay. A filesystem mounted read-only (its device opened
+// read-only, its log perhaps not replayed) cannot go read-write.
+func (s *Store) SetReadOnly(ro bool) error {
+	if s.readOnly {
+		if ro {
+			return nil
+		}
+		return fmt.Errorf("mounted read-only (device opened read-only): unmount and mount read-write instead: %w", syscall.EROFS)
+	}
+	if !ro {
+		s.remountRO.Store(false)
+		return nil
+	}
+	if s.j.failed.Load() {
+		s.remountRO.Store(true)
+		return nil
+	}
+	if err := s.SyncAll(); err != nil {
+		return fmt.Errorf("remount read-only: %w", err)
+	}
+	s.j.commitMu.Lock()
+	err := s.j.checkpointLocked()
+	s.j.commitMu.Unlock()
+	if err != nil {
+		return fmt.Errorf("remount read-only: checkpoint: %w", err)
+	}
+	s.remountRO.Store(true)
+	return nil
 }

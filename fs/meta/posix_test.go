@@ -119,3 +119,70 @@ func TestShutdown(t *testing.T) {
 		t.Errorf("Shutdown(9): %v, want EINVAL", err)
 	}
 }
+
+// norecovery mounts the last checkpoint without replaying the journal, and
+// only read-only.
+func TestNoRecovery(t *testing.T) {
+	fd, _ := newTestImage(t, 32<<20, 1)
+	s, err := Open(fd, testOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, s, s.Root(), "journaled")
+	if err := s.Fsync(s.Root()); err != nil {
+		t.Fatal(err)
+	}
+	crash(t, s, fd) // committed to the journal, no checkpoint after it
+	if _, err := Open(fd, Options{NoRecovery: true}); err == nil {
+		t.Fatal("norecovery without ro mounted")
+	}
+	o := testOpts()
+	o.ReadOnly, o.NoRecovery = true, true
+	s, err = Open(fd, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Lookup(s.Root(), "journaled"); err == nil {
+		t.Error("norecovery replayed the journal")
+	}
+	s.Close()
+	s, err = Open(fd, testOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Lookup(s.Root(), "journaled"); err != nil {
+		t.Errorf("after a normal mount: %v", err)
+	}
+}
+
+// A remount read-only refuses changes and read-write allows them again; a
+// filesystem mounted read-only cannot go read-write.
+func TestSetReadOnly(t *testing.T) {
+	fd, _ := newTestImage(t, 32<<20, 1)
+	s, err := Open(fd, testOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetReadOnly(true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Create(s.Root(), "x", NewInode{Mode: syscall.S_IFREG | 0o644}); !errors.Is(err, syscall.EROFS) {
+		t.Errorf("create after remount ro: %v, want EROFS", err)
+	}
+	if err := s.SetReadOnly(false); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, s, s.Root(), "x")
+	s.Close()
+	o := testOpts()
+	o.ReadOnly = true
+	s, err = Open(fd, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.SetReadOnly(false); err == nil {
+		t.Error("a read-only mount went read-write")
+	}
+}

@@ -41,6 +41,7 @@ type Options struct {
 	PlacementCache bool          // per-inode placement cache
 	CommitInterval time.Duration // periodic journal commit; 0: 5s
 	ErrorsContinue bool          // errors=continue instead of remount-ro
+	NoRecovery     bool          // read-only without replaying the journal (XFS's norecovery)
 	Logger         *zap.Logger
 }
 
@@ -53,6 +54,9 @@ type Store struct {
 	log      *zap.Logger
 	opts     Options
 	readOnly bool
+	// remountRO is set by a remount read-only (SetReadOnly); readOnly is
+	// fixed at mount.
+	remountRO atomic.Bool
 
 	itab   *inodeTable
 	agNext []atomic.Uint32 // next agino per AG
@@ -179,6 +183,9 @@ func Open(dev backend.Device, opts Options) (*Store, error) {
 		log.Warn("primary superblock is corrupt; mounted from the backup copy (streamfs fsck -y rewrites it)")
 	}
 	ro := opts.ReadOnly
+	if opts.NoRecovery && !ro {
+		return nil, errors.New("norecovery needs a read-only mount (-o ro,norecovery)")
+	}
 	if sb.ReadOnlyOnly() && !ro {
 		return nil, fmt.Errorf("filesystem has read-only-compatible features %#x this build does not know: mount with -o ro", sb.ROCompat)
 	}
@@ -256,6 +263,11 @@ func (s *Store) load(apply func(*format.Record) error) (h *format.CkptHeader, co
 		return nil, 0, 0, fmt.Errorf("checkpoint %d: %w", h.Seq, err)
 	}
 	s.j.ckptSeq, s.j.ckptSlot = h.Seq, slot
+	if s.opts.NoRecovery {
+		s.log.Warn("norecovery: the journal is not replayed; changes committed after the last checkpoint are not visible",
+			zap.Uint64("checkpoint", h.Seq))
+		return h, 0, 0, nil
+	}
 	commits, records, err = s.replay(h, apply)
 	if err != nil {
 		return nil, 0, 0, err
@@ -439,7 +451,7 @@ func (s *Store) metaRoom() error {
 
 // writable returns EROFS once the filesystem went read-only.
 func (s *Store) writable() error {
-	if s.readOnly || s.j.failed.Load() {
+	if s.readOnly || s.remountRO.Load() || s.j.failed.Load() {
 		return syscall.EROFS
 	}
 	return nil
@@ -457,7 +469,7 @@ func (s *Store) Allocator() *alloc.Allocator { return s.alloc }
 func (s *Store) Device() backend.Device { return s.dev }
 
 // ReadOnly reports a read-only mount.
-func (s *Store) ReadOnly() bool { return s.readOnly || s.j.failed.Load() }
+func (s *Store) ReadOnly() bool { return s.readOnly || s.remountRO.Load() || s.j.failed.Load() }
 
 // markDirtyLocked notes that in's attributes need journaling. in.mu held.
 func (s *Store) markDirtyLocked(in *Inode) {
