@@ -121,16 +121,24 @@ func ParseSize(s string) (int64, error) {
 	return n * mult, nil
 }
 
-// newLogger logs human-readable lines to stderr.
-func newLogger(stderr io.Writer, debug bool) *zap.Logger {
-	cfg := zap.NewDevelopmentEncoderConfig()
-	cfg.EncodeTime = zapcore.ISO8601TimeEncoder
+// newLoggerFormat logs human-readable lines to stderr, or one JSON object
+// a line for log shippers (-o log_format=json).
+func newLoggerFormat(stderr io.Writer, debug, asJSON bool) *zap.Logger {
 	level := zap.InfoLevel
 	if debug {
 		level = zap.DebugLevel
 	}
-	core := zapcore.NewCore(zapcore.NewConsoleEncoder(cfg), zapcore.AddSync(stderr), level)
-	return zap.New(core)
+	var enc zapcore.Encoder
+	if asJSON {
+		cfg := zap.NewProductionEncoderConfig()
+		cfg.EncodeTime = zapcore.RFC3339NanoTimeEncoder
+		enc = zapcore.NewJSONEncoder(cfg)
+	} else {
+		cfg := zap.NewDevelopmentEncoderConfig()
+		cfg.EncodeTime = zapcore.ISO8601TimeEncoder
+		enc = zapcore.NewConsoleEncoder(cfg)
+	}
+	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(stderr), level))
 }
 
 func fail(stderr io.Writer, cmd string, err error) int {

@@ -42,7 +42,7 @@ func Fsck(args []string, stdout, stderr io.Writer) int {
 		return meta.FsckOperational
 	}
 	// The device's exclusive lock keeps a streamfs daemon out (ErrBusy).
-	dev, err := backend.Open(path, backend.OpenOptions{ReadOnly: !*yes, Kind: *kind})
+	dev, err := openWaiting(path, backend.OpenOptions{ReadOnly: !*yes, Kind: *kind}, stderr, "fsck")
 	if err != nil {
 		if errors.Is(err, backend.ErrBusy) {
 			fmt.Fprintf(stderr, "streamfs fsck: %s: %v\n", path, err)

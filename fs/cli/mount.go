@@ -15,10 +15,13 @@ import (
 	"syscall"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/streamfs/streamfs/alloc"
 	"github.com/streamfs/streamfs/backend"
 	sfs "github.com/streamfs/streamfs/fs"
 	"github.com/streamfs/streamfs/fs/meta"
+	"github.com/streamfs/streamfs/ioctl"
 )
 
 // mountOpts are the parsed -o options; the README has the table.
@@ -30,15 +33,18 @@ type mountOpts struct {
 	errorsContinue                 bool
 	commit                         time.Duration
 	logFile                        string
+	logJSON                        bool
+	noSuid, noDev, noExec          bool
+	atime                          sfs.AtimeMode
+	noRecovery                     bool
+	remount                        bool
 }
 
 // genericOpts are mount(8) options that mean nothing to streamfs; the mount
 // helper passes them and they are ignored.
 var genericOpts = map[string]bool{
-	"dev": true, "nodev": true, "suid": true, "nosuid": true, "exec": true, "noexec": true,
 	"auto": true, "noauto": true, "user": true, "nouser": true, "users": true, "defaults": true,
-	"_netdev": true, "nofail": true, "atime": true, "noatime": true, "relatime": true,
-	"strictatime": true, "nodiratime": true, "diratime": true, "async": true, "sync": true,
+	"_netdev": true, "nofail": true, "nodiratime": true, "diratime": true, "async": true, "sync": true,
 	"lazytime": true, "nolazytime": true, "owner": true, "group": true, "default_permissions": true,
 }
 
@@ -55,6 +61,31 @@ func parseMountOpts(list []string) (mountOpts, error) {
 				o.ro = true
 			case k == "rw":
 				o.ro = false
+			case k == "suid" || k == "nosuid":
+				o.noSuid = k == "nosuid"
+			case k == "dev" || k == "nodev":
+				o.noDev = k == "nodev"
+			case k == "exec" || k == "noexec":
+				o.noExec = k == "noexec"
+			case k == "relatime" || k == "atime":
+				o.atime = sfs.AtimeRelative
+			case k == "strictatime":
+				o.atime = sfs.AtimeStrict
+			case k == "noatime":
+				o.atime = sfs.AtimeNone
+			case k == "norecovery":
+				o.noRecovery = true
+			case k == "remount":
+				o.remount = true
+			case k == "log_format" && hasV:
+				switch v {
+				case "text":
+					o.logJSON = false
+				case "json":
+					o.logJSON = true
+				default:
+					return o, fmt.Errorf("-o log_format=%s: want text or json", v)
+				}
 			case k == "allow_other":
 				o.allowOther = true
 			case k == "debug":
@@ -209,7 +240,7 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 		defer f.Close()
 		stderr = f
 	}
-	log := newLogger(stderr, o.debug)
+	log := newLoggerFormat(stderr, o.debug, o.logJSON)
 	defer func() { _ = log.Sync() }()
 	// STREAMFS_CPUPROFILE=FILE profiles the daemon for benchmarks.
 	if p := os.Getenv("STREAMFS_CPUPROFILE"); p != "" {
@@ -220,11 +251,14 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 		}
 	}
 	// The device first: "already mounted" explains more than a busy mount point.
-	dev, err := backend.Open(path, backend.OpenOptions{ReadOnly: o.ro, Kind: o.backend,
-		Warn: func(msg string) { log.Warn(msg) }})
+	if mounted, _ := backend.IsMounted(path); mounted {
+		return fmt.Errorf("%s is already mounted (umount it first)", path)
+	}
+	dev, err := openWaiting(path, backend.OpenOptions{ReadOnly: o.ro, Kind: o.backend,
+		Warn: func(msg string) { log.Warn(msg) }}, stderr, "mount")
 	if err != nil {
 		if errors.Is(err, backend.ErrBusy) {
-			return fmt.Errorf("%s is already mounted by another streamfs (or otherwise in use): %w", path, err)
+			return fmt.Errorf("%s is in use by another process (another streamfs daemon?): %w", path, err)
 		}
 		return err
 	}
@@ -235,6 +269,7 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 	store, err := meta.Open(dev, meta.Options{
 		ReadOnly: o.ro, Discard: o.discard, Policy: o.placement, PlacementCache: o.cache,
 		CommitInterval: o.commit, ErrorsContinue: o.errorsContinue, Logger: log,
+		NoRecovery: o.noRecovery,
 	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
@@ -245,13 +280,16 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 	}
 	srv, err := sfs.Mount(&sfs.FS{Store: store, Log: log}, mnt, sfs.MountOptions{
 		Source: src, ReadOnly: o.ro, AllowOther: o.allowOther, Debug: o.debug, PlacementCache: o.cache,
+		NoSuid: o.noSuid, NoDev: o.noDev, NoExec: o.noExec, Atime: o.atime,
 	})
 	if err != nil {
 		_ = store.Close()
 		return err
 	}
-	log.Sugar().Infof("serving %s on %s (backend %s, placement %s, streams %d)",
-		path, mnt, dev.Kind(), o.placement, store.Allocator().MaxStreams())
+	log.Info("serving", zap.String("device", path), zap.String("mountpoint", mnt),
+		zap.String("backend", dev.Kind()), zap.String("placement", o.placement.String()),
+		zap.Uint32("streams", store.Allocator().MaxStreams()), zap.Bool("read_only", o.ro),
+		zap.String("atime", o.atime.String()))
 	if ready != nil {
 		ready(nil)
 	}
@@ -259,9 +297,9 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
 		for s := range sig {
-			log.Sugar().Infof("%v: unmounting %s", s, mnt)
+			log.Info("unmounting", zap.String("signal", s.String()), zap.String("mountpoint", mnt))
 			if err := srv.Unmount(); err != nil {
-				log.Sugar().Warnf("unmount failed (busy?): %v", err)
+				log.Warn(busyHint(mnt), zap.Error(err))
 			}
 		}
 	}()
@@ -274,6 +312,13 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 	return nil
 }
 
+// busyHint says what to do when an unmount on a signal failed: the mount
+// keeps serving until the files are closed.
+func busyHint(mnt string) string {
+	return fmt.Sprintf("cannot unmount %s: it is busy (a process has a file or its working directory there; see: fuser -vm %s). "+
+		"Still serving: close those files and press Ctrl-C again (or send SIGTERM), or detach it now with: umount -l %s", mnt, mnt, mnt)
+}
+
 func absPath(p string) (string, error) {
 	if strings.HasPrefix(p, "/") {
 		return p, nil
@@ -283,6 +328,50 @@ func absPath(p string) (string, error) {
 		return "", err
 	}
 	return wd + "/" + p, nil
+}
+
+// remount changes a running mount's flags, as `mount -o remount,...` does:
+// the kernel's flags by mount(2), and the daemon's state by an ioctl (the
+// kernel does not tell a FUSE daemon). Read-only goes kernel first, so a
+// mount with files open for writing is refused (EBUSY) before the daemon
+// changes; read-write goes daemon first, so a daemon that cannot write
+// leaves the mount read-only.
+func remount(mnt string, o mountOpts) error {
+	f, err := os.Open(mnt)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	kernel := func() error {
+		flags := syscall.MS_REMOUNT | sfs.MountFlags(sfs.MountOptions{ReadOnly: o.ro,
+			NoSuid: o.noSuid, NoDev: o.noDev, NoExec: o.noExec, Atime: o.atime})
+		if err := syscall.Mount("", mnt, "", flags, ""); err != nil {
+			return fmt.Errorf("mount(2): %w", err)
+		}
+		return nil
+	}
+	daemon := func() error {
+		if err := ioctl.Remount(f.Fd(), o.ro); err != nil {
+			if errors.Is(err, syscall.ENOTTY) {
+				return fmt.Errorf("%s is not a streamfs mount: %w", mnt, err)
+			}
+			if errors.Is(err, syscall.EROFS) {
+				return fmt.Errorf("it was mounted read-only and its device opened read-only; umount it and mount it read-write: %w", err)
+			}
+			return err
+		}
+		return nil
+	}
+	if o.ro {
+		if err := kernel(); err != nil {
+			return err
+		}
+		return daemon()
+	}
+	if err := daemon(); err != nil {
+		return err
+	}
+	return kernel()
 }
 
 // readyEnv names the descriptor a background mount reports readiness on.
@@ -303,6 +392,13 @@ func Helper(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "streamfs: %v\n", err)
 		return exitUsage
+	}
+	if o.remount {
+		if err := remount(pos[1], o); err != nil {
+			fmt.Fprintf(stderr, "streamfs: remount %s: %v\n", pos[1], err)
+			return exitFail
+		}
+		return exitOK
 	}
 	if fd := os.Getenv(readyEnv); fd != "" {
 		// The background child: report readiness on the pipe, log to the

@@ -403,6 +403,10 @@ func (s *Store) Close() error {
 	if err != nil {
 		return fmt.Errorf("final checkpoint: %w", err)
 	}
+	if !s.readOnly && s.j.failed.Load() {
+		s.log.Warn("unmounted without a final checkpoint: the filesystem was shut down or its journal failed")
+		return nil
+	}
 	s.log.Info("unmounted cleanly")
 	return nil
 }
