@@ -141,13 +141,44 @@ func parseMountOpts(list []string) (mountOpts, error) {
 	return o, nil
 }
 
+// mountHelp is `streamfs mount --help`; the README has the same table.
+const mountHelp = `usage: streamfs mount [-o OPTIONS] PATH MOUNTPOINT
+Mounts the device or image PATH on MOUNTPOINT and serves it in the
+foreground until unmounted (umount MOUNTPOINT, or Ctrl-C / SIGTERM).
+mount -t fuse.streamfs PATH MOUNTPOINT -o OPTIONS does the same in the background.
+
+-o options (comma-separated):
+  ro, rw                      read-only or read-write (rw)
+  norecovery                  with ro: do not replay the journal (as XFS)
+  remount                     change a mounted filesystem's ro/rw, suid, dev,
+                              exec and atime options (mount -o remount,...)
+  suid, nosuid                honour set-id bits (suid)
+  dev, nodev                  allow device nodes (dev)
+  exec, noexec                allow execution (exec)
+  relatime, strictatime, noatime
+                              access-time updates (relatime)
+  placement=streams|agset|inode
+                              data placement policy (streams)
+  placement_cache=on|off      per-inode placement cache (on)
+  backend=file|block|nvme     force a backend (by what PATH is)
+  discard, nodiscard          discard freed blocks at once (nodiscard)
+  errors=remount-ro|continue  on repeated metadata write errors (remount-ro)
+  commit=SECONDS              periodic journal commit, 1..3600 (5)
+  allow_other                 let other users access the mount
+  debug                       log FUSE requests and placement decisions
+  log=FILE                    log to FILE instead of stderr (syslog in the background)
+  log_format=text|json        log lines as text or one JSON object each (text)
+Generic mount(8) options (defaults, auto, noauto, user, _netdev, nofail,
+x-*, ...) are accepted and ignored.
+`
+
 // MountCmd implements `streamfs mount [-o OPTIONS] PATH MOUNTPOINT`, in the
 // foreground.
 func MountCmd(args []string, stdout, stderr io.Writer) int {
 	opts, pos, flags := splitMountArgs(args)
 	for _, a := range flags {
 		if a == "-h" || a == "--help" {
-			fmt.Fprintln(stdout, "usage: streamfs mount [-o OPTIONS] PATH MOUNTPOINT")
+			fmt.Fprint(stdout, mountHelp)
 			return exitOK
 		}
 		fmt.Fprintf(stderr, "streamfs mount: unknown flag %s\n", a)
@@ -160,6 +191,16 @@ func MountCmd(args []string, stdout, stderr io.Writer) int {
 	o, err := parseMountOpts(opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "streamfs mount: %v\n", err)
+		return exitUsage
+	}
+	if o.remount {
+		if err := remount(pos[1], o); err != nil {
+			return fail(stderr, "mount", fmt.Errorf("remount %s: %w", pos[1], err))
+		}
+		return exitOK
+	}
+	if o.noRecovery && !o.ro {
+		fmt.Fprintln(stderr, "streamfs mount: -o norecovery needs -o ro")
 		return exitUsage
 	}
 	if err := runMount(pos[0], pos[1], o, stderr, nil); err != nil {
