@@ -46,6 +46,8 @@ var genericOpts = map[string]bool{
 	"auto": true, "noauto": true, "user": true, "nouser": true, "users": true, "defaults": true,
 	"_netdev": true, "nofail": true, "nodiratime": true, "diratime": true, "async": true, "sync": true,
 	"lazytime": true, "nolazytime": true, "owner": true, "group": true, "default_permissions": true,
+	// The FUSE kernel options mount(8) passes back from mtab on a remount.
+	"user_id": true, "group_id": true, "max_read": true, "rootmode": true, "blksize": true,
 }
 
 func parseMountOpts(list []string) (mountOpts, error) {
