@@ -321,6 +321,11 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 	if abs, aerr := absPath(path); aerr == nil {
 		src = abs
 	}
+	// Catch signals before the mount exists: killed by one while mounted,
+	// the daemon would hang in its own FUSE flush on exit.
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
 	srv, err := sfs.Mount(&sfs.FS{Store: store, Log: log}, mnt, sfs.MountOptions{
 		Source: src, ReadOnly: o.ro, AllowOther: o.allowOther, Debug: o.debug, PlacementCache: o.cache,
 		NoSuid: o.noSuid, NoDev: o.noDev, NoExec: o.noExec, Atime: o.atime,
@@ -336,8 +341,6 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 	if ready != nil {
 		ready(nil)
 	}
-	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
 		for s := range sig {
 			log.Info("unmounting", zap.String("signal", s.String()), zap.String("mountpoint", mnt))
