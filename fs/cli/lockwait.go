@@ -18,13 +18,19 @@ import (
 // lockWait bounds how long mkfs, mount and fsck wait for a device's lock.
 // A FUSE mount that is not fuseblk gets no DESTROY: umount returns while
 // the daemon is still writing its final checkpoint and holds the lock.
-var lockWait = 30 * time.Second
+// STREAMFS_LOCK_WAIT=SECONDS changes it (0: do not wait).
+func lockWait() time.Duration {
+	if v, err := strconv.Atoi(os.Getenv("STREAMFS_LOCK_WAIT")); err == nil && v >= 0 {
+		return time.Duration(v) * time.Second
+	}
+	return 30 * time.Second
+}
 
 // openWaiting opens the device like backend.Open, but while its lock is held
 // by a process that is not serving a mount (a daemon still exiting after
 // umount) it waits, up to lockWait, saying so once on stderr.
 func openWaiting(path string, o backend.OpenOptions, stderr io.Writer, cmd string) (backend.Device, error) {
-	deadline := time.Now().Add(lockWait)
+	deadline := time.Now().Add(lockWait())
 	said := false
 	for {
 		dev, err := backend.Open(path, o)

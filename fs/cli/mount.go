@@ -294,14 +294,11 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 		}
 	}
 	// The device first: "already mounted" explains more than a busy mount point.
-	if mounted, _ := backend.IsMounted(path); mounted {
-		return fmt.Errorf("%s is already mounted (umount it first)", path)
-	}
 	dev, err := openWaiting(path, backend.OpenOptions{ReadOnly: o.ro, Kind: o.backend,
 		Warn: func(msg string) { log.Warn(msg) }}, stderr, "mount")
 	if err != nil {
 		if errors.Is(err, backend.ErrBusy) {
-			return fmt.Errorf("%s is in use by another process (another streamfs daemon?): %w", path, err)
+			return fmt.Errorf("%s is already mounted by another streamfs (or otherwise in use): %w", path, err)
 		}
 		return err
 	}
