@@ -29,7 +29,8 @@ command -v go >/dev/null || { echo "streamfs needs Go 1.26 or newer (https://go.
 
 # A crashed daemon leaves a dead mount: stat gives ENOTCONN. Say what to do
 # before mkdir trips over it.
-if ls "$MNT" 2>&1 >/dev/null | grep -qi 'not connected'; then
+lserr=$(ls "$MNT" 2>&1 >/dev/null || true)
+if [[ $lserr == *"not connected"* ]]; then
 	echo "streamfs: $MNT is a dead FUSE mount (its daemon died); clear it with: umount -l $MNT" >&2
 	exit 1
 fi

@@ -3,6 +3,7 @@ package integration
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -137,5 +138,26 @@ func TestLogs(t *testing.T) {
 	}
 	if n := strings.Count(log, "terminated"); n != 1 {
 		t.Errorf("SIGTERM logged %d times:\n%s", n, log)
+	}
+}
+
+// scripts/run.sh on the dead mount of a crashed daemon explains how to
+// clear it instead of failing in mkdir.
+func TestRunScriptDeadMount(t *testing.T) {
+	requireEnv(t)
+	img := mkfs(t, "256M")
+	m := mountImage(t, img)
+	if err := m.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-m.exited
+	m.stopped = true // the cleanup lazily unmounts the dead mount
+	cmd := exec.Command("bash", "../../scripts/run.sh")
+	cmd.Env = append(os.Environ(), "STREAMFS_MNT="+m.dir, "STREAMFS_IMAGE="+img,
+		"STREAMFS_BINDIR="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	if exitCode(err) != 1 || !strings.Contains(string(out), "umount -l "+m.dir) ||
+		strings.Contains(string(out), "Transport endpoint") {
+		t.Errorf("run.sh on a dead mount: %v\n%s", err, out)
 	}
 }
