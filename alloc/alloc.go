@@ -318,6 +318,17 @@ func (a *Allocator) FreeBlocks() uint64 {
 	return n
 }
 
+// DeviceStream maps a file's stream id onto a device that offers max
+// streams (placement handles): ids above max wrap as ((id-1) mod max)+1, so
+// an image moved to a drive with fewer handles still writes, with streams
+// sharing handles. Stream 0 and devices without streams pass id through.
+func DeviceStream(id, max uint32) uint32 {
+	if id == 0 || max == 0 || id <= max {
+		return id
+	}
+	return (id-1)%max + 1
+}
+
 // Check verifies the free-space index of every AG: both indexes agree,
 // extents are inside their AG, sorted, non-overlapping and merged, and
 // the free counters match.

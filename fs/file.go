@@ -2,11 +2,13 @@ package fs
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"go.uber.org/zap"
 
 	"github.com/streamfs/streamfs/fs/meta"
 )
@@ -72,6 +74,7 @@ func (n *Node) Read(ctx context.Context, f gofs.FileHandle, dest []byte, off int
 	if err != nil {
 		return nil, errno(err)
 	}
+	n.fs.touchAtime(n.in)
 	return fuse.ReadResultData(dest[:c]), 0
 }
 
@@ -82,7 +85,25 @@ func (n *Node) Write(ctx context.Context, f gofs.FileHandle, data []byte, off in
 	if err != nil && c == 0 {
 		return 0, errno(err)
 	}
+	if l := n.fs.Log; l != nil && l.Core().Enabled(zap.DebugLevel) {
+		n.fs.logPlacement(n.in, off, c)
+	}
 	return uint32(c), 0
+}
+
+// logPlacement logs, at debug level, where a write's data went: the
+// file's stream and the AG and block of each extent it touched.
+func (f *FS) logPlacement(in *meta.Inode, off int64, n int) {
+	bs := int64(f.Store.Super().BlockSize)
+	agBlocks := f.Store.Super().AGBlocks
+	first, last := uint64(off/bs), uint64((off+int64(n)-1)/bs)
+	exts, _ := f.Store.ExtentRange(in, first, last-first+1)
+	var places []string
+	for _, e := range exts {
+		places = append(places, fmt.Sprintf("ag=%d blk=%d+%d", e.PBlk/agBlocks, e.PBlk, e.Len))
+	}
+	f.Log.Debug("write placed", zap.Uint64("ino", in.Ino()), zap.Int64("off", off), zap.Int("len", n),
+		zap.Uint32("stream", in.Attr().Stream), zap.Strings("extents", places))
 }
 
 // Fsync implements gofs.NodeFsyncer.
@@ -121,6 +142,11 @@ func (n *Node) Allocate(ctx context.Context, f gofs.FileHandle, off uint64, size
 func (n *Node) Lseek(ctx context.Context, f gofs.FileHandle, off uint64, whence uint32) (uint64, syscall.Errno) {
 	if whence != meta.SeekData && whence != meta.SeekHole {
 		return 0, syscall.EINVAL
+	}
+	// The kernel passes a negative offset through; like XFS, there is no
+	// data or hole before the start of the file.
+	if int64(off) < 0 {
+		return 0, syscall.ENXIO
 	}
 	o, err := n.fs.Store.Seek(n.in, int64(off), int(whence))
 	if err != nil {

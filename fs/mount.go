@@ -3,6 +3,7 @@ package fs
 import (
 	"fmt"
 	"log"
+	"strings"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -19,16 +20,19 @@ type MountOptions struct {
 	AllowOther     bool
 	Debug          bool
 	PlacementCache bool
+	// NoSuid, NoDev and NoExec are the mount flags; a root mount allows
+	// set-id bits, device nodes and execution unless told otherwise, as a
+	// kernel filesystem does.
+	NoSuid, NoDev, NoExec bool
+	Atime                 AtimeMode
 }
 
 // Mount mounts f at mountpoint and returns the running server.
 func Mount(f *FS, mountpoint string, o MountOptions) (*fuse.Server, error) {
 	f.PlacementCache = o.PlacementCache
+	f.Atime = o.Atime
 	timeout := cacheTimeout
-	flags := uintptr(syscall.MS_NOSUID | syscall.MS_NODEV)
-	if o.ReadOnly {
-		flags |= syscall.MS_RDONLY
-	}
+	flags := MountFlags(o)
 	mo := fuse.MountOptions{
 		AllowOther: o.AllowOther,
 		FsName:     o.Source,
@@ -45,7 +49,10 @@ func Mount(f *FS, mountpoint string, o MountOptions) (*fuse.Server, error) {
 		// before every write; we clear setuid/setgid and capabilities
 		// ourselves. ASYNC_DIO: io_submit does not block on direct I/O.
 		// IOCTL_DIR: ioctls on directories (streams by directory, fstrim).
-		ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_ASYNC_DIO | fuse.CAP_IOCTL_DIR,
+		// DIRECT_IO_ALLOW_MMAP: mmap(MAP_SHARED) of an O_DIRECT open (6.6+).
+		// EXPORT_SUPPORT: file handles resolve by inode number (LookupNode).
+		ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_ASYNC_DIO | fuse.CAP_IOCTL_DIR |
+			fuse.CAP_DIRECT_IO_ALLOW_MMAP | fuse.CAP_EXPORT_SUPPORT,
 	}
 	if o.Debug && f.Log != nil {
 		mo.Logger = log.New(&zapWriter{f.Log}, "", 0)
@@ -56,7 +63,10 @@ func Mount(f *FS, mountpoint string, o MountOptions) (*fuse.Server, error) {
 		EntryTimeout:    &timeout,
 		NullPermissions: true,
 		// stat of the mount point reports the root's real inode number.
-		RootStableAttr: &gofs.StableAttr{Ino: meta.RootIno, Mode: syscall.S_IFDIR},
+		RootStableAttr: &gofs.StableAttr{Ino: meta.RootIno, Mode: syscall.S_IFDIR, Gen: uint64(f.Store.Root().Attr().Gen)},
+		// Node ids are inode numbers, so file handles outlive the kernel's
+		// inode cache and the mount (name_to_handle_at, NFS re-export).
+		ExternalNodeID: true,
 	}
 	root := NewRoot(f)
 	srv, err := gofs.Mount(mountpoint, root, opts)
@@ -66,10 +76,41 @@ func Mount(f *FS, mountpoint string, o MountOptions) (*fuse.Server, error) {
 	return srv, nil
 }
 
-// zapWriter sends go-fuse's debug trace to the logger.
+// MountFlags returns the mount(2) flags for o.
+func MountFlags(o MountOptions) uintptr {
+	var flags uintptr
+	if o.ReadOnly {
+		flags |= syscall.MS_RDONLY
+	}
+	if o.NoSuid {
+		flags |= syscall.MS_NOSUID
+	}
+	if o.NoDev {
+		flags |= syscall.MS_NODEV
+	}
+	if o.NoExec {
+		flags |= syscall.MS_NOEXEC
+	}
+	switch o.Atime {
+	case AtimeStrict:
+		flags |= syscall.MS_STRICTATIME
+	case AtimeNone:
+		flags |= syscall.MS_NOATIME
+	default:
+		flags |= syscall.MS_RELATIME
+	}
+	return flags
+}
+
+// zapWriter sends go-fuse's debug trace to the logger, one entry a line
+// (go-fuse's lines end in a newline that would show as a blank line).
 type zapWriter struct{ l *zap.Logger }
 
 func (w *zapWriter) Write(p []byte) (int, error) {
-	w.l.Debug(string(p))
+	for _, line := range strings.Split(string(p), "\n") {
+		if line = strings.TrimSpace(line); line != "" {
+			w.l.Debug(line, zap.String("src", "fuse"))
+		}
+	}
 	return len(p), nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"go.uber.org/zap"
 
+	"github.com/streamfs/streamfs/fs/format"
 	"github.com/streamfs/streamfs/fs/meta"
 )
 
@@ -23,6 +24,8 @@ type FS struct {
 	Log   *zap.Logger
 	// PlacementCache is reported by stats.
 	PlacementCache bool
+	// Atime is the mount's access-time policy (relatime by default).
+	Atime AtimeMode
 }
 
 // Node is one file, directory or symlink.
@@ -65,7 +68,23 @@ var (
 	_ = (gofs.NodeRemovexattrer)((*Node)(nil))
 	_ = (gofs.NodeListxattrer)((*Node)(nil))
 	_ = (gofs.NodeIoctler)((*Node)(nil))
+	_ = (gofs.NodeLookupNoder)((*Node)(nil))
+	_ = (gofs.NodeLookupParenter)((*Node)(nil))
 )
+
+// nameMax is NAME_MAX: the kernel passes FUSE any name under 4096 bytes,
+// so the daemon answers ENAMETOOLONG as a kernel filesystem would.
+const nameMax = 255
+
+// checkName returns ENAMETOOLONG for a name longer than NAME_MAX.
+func checkName(names ...string) syscall.Errno {
+	for _, n := range names {
+		if len(n) > nameMax {
+			return syscall.ENAMETOOLONG
+		}
+	}
+	return 0
+}
 
 // NewRoot returns the root node.
 func NewRoot(f *FS) *Node { return &Node{fs: f, in: f.Store.Root()} }
@@ -83,6 +102,13 @@ func errno(err error) syscall.Errno {
 		return syscall.EIO // shut down after a metadata write error
 	}
 	return syscall.EIO
+}
+
+func callerPID(ctx context.Context) uint32 {
+	if c, ok := ctx.(*fuse.Context); ok {
+		return c.Pid
+	}
+	return 0
 }
 
 func caller(ctx context.Context) (uid, gid uint32) {
@@ -110,7 +136,45 @@ func fillAttr(f *FS, in *meta.Inode, out *fuse.Attr) {
 func (n *Node) child(ctx context.Context, in *meta.Inode, out *fuse.EntryOut) *gofs.Inode {
 	fillAttr(n.fs, in, &out.Attr)
 	a := in.Attr()
-	return n.NewInode(ctx, &Node{fs: n.fs, in: in}, gofs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: a.Ino})
+	return n.NewInode(ctx, &Node{fs: n.fs, in: in}, stableAttr(a))
+}
+
+// stableAttr identifies an inode to the kernel: the node id is the inode
+// number (Options.ExternalNodeID) and the generation goes into file
+// handles, so a handle stays valid across remounts.
+func stableAttr(a format.InodeRec) gofs.StableAttr {
+	return gofs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: a.Ino, Gen: uint64(a.Gen)}
+}
+
+// LookupNode implements gofs.NodeLookupNoder (called on the root): the
+// kernel resolves a file handle whose inode left its cache, or predates
+// this mount, by inode number; it then checks the generation itself.
+func (n *Node) LookupNode(ctx context.Context, id uint64, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	in := n.fs.Store.Get(id)
+	if in == nil || in.Attr().Nlink == 0 {
+		return nil, syscall.ESTALE
+	}
+	return n.child(ctx, in, out), 0
+}
+
+// LookupParent implements gofs.NodeLookupParenter: reconnecting a
+// directory handle walks up by "..".
+func (n *Node) LookupParent(ctx context.Context, out *fuse.EntryOut) (*gofs.Inode, string, syscall.Errno) {
+	a := n.in.Attr()
+	p := n.fs.Store.Get(a.Parent)
+	if p == nil || !p.IsDir() {
+		return nil, "", syscall.ESTALE
+	}
+	ents, err := n.fs.Store.Readdir(p)
+	if err != nil {
+		return nil, "", errno(err)
+	}
+	for _, e := range ents {
+		if e.Ino == a.Ino {
+			return n.child(ctx, p, out), e.Name, 0
+		}
+	}
+	return nil, "", syscall.ESTALE
 }
 
 // Getattr implements gofs.NodeGetattrer.
@@ -153,6 +217,9 @@ func (n *Node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 
 // Lookup implements gofs.NodeLookuper.
 func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if e := checkName(name); e != 0 {
+		return nil, e
+	}
 	in, err := n.fs.Store.Lookup(n.in, name)
 	if err != nil {
 		return nil, errno(err)
@@ -166,6 +233,7 @@ func (n *Node) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	if err != nil {
 		return nil, errno(err)
 	}
+	n.fs.touchAtime(n.in)
 	a := n.in.Attr()
 	list := make([]fuse.DirEntry, 0, len(ents)+2)
 	list = append(list,
@@ -178,6 +246,9 @@ func (n *Node) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 }
 
 func (n *Node) create(ctx context.Context, name string, ni meta.NewInode, out *fuse.EntryOut) (*gofs.Inode, *meta.Inode, syscall.Errno) {
+	if e := checkName(name); e != 0 {
+		return nil, nil, e
+	}
 	ni.UID, ni.GID = caller(ctx)
 	in, err := n.fs.Store.Create(n.in, name, ni)
 	if err != nil {
@@ -229,6 +300,9 @@ func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 	if !ok {
 		return nil, syscall.EXDEV
 	}
+	if e := checkName(name); e != 0 {
+		return nil, e
+	}
 	if err := n.fs.Store.Link(n.in, name, t.in); err != nil {
 		return nil, errno(err)
 	}
@@ -237,11 +311,17 @@ func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 
 // Unlink implements gofs.NodeUnlinker.
 func (n *Node) Unlink(ctx context.Context, name string) syscall.Errno {
+	if e := checkName(name); e != 0 {
+		return e
+	}
 	return errno(n.fs.Store.Remove(n.in, name, false))
 }
 
 // Rmdir implements gofs.NodeRmdirer.
 func (n *Node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	if e := checkName(name); e != 0 {
+		return e
+	}
 	return errno(n.fs.Store.Remove(n.in, name, true))
 }
 
@@ -250,6 +330,9 @@ func (n *Node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	np, ok := newParent.(*Node)
 	if !ok {
 		return syscall.EXDEV
+	}
+	if e := checkName(name, newName); e != 0 {
+		return e
 	}
 	return errno(n.fs.Store.Rename(n.in, name, np.in, newName, flags))
 }

@@ -198,3 +198,9 @@ func checkClientErr(t *testing.T, err error, prefix string) {
 		t.Errorf("error %q lacks prefix %q", got, prefix)
 	}
 }
+
+func TestShutdownNumber(t *testing.T) {
+	if FS_IOC_SHUTDOWN != 0x8004587d || FS_IOC_SHUTDOWN != IOC(IOCRead, 'X', 125, 4) {
+		t.Errorf("FS_IOC_SHUTDOWN = %#x, want 0x8004587d", FS_IOC_SHUTDOWN)
+	}
+}

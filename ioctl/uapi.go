@@ -49,6 +49,17 @@ const (
 	FS_IOC_READ_VERITY_METADATA uint32 = iowrDir | fsverityReadMetadataArgSize<<iocSizeShift | 'f'<<iocTypeShift | 135
 	// FITRIM is _IOWR('X', 121, struct fstrim_range).
 	FITRIM uint32 = iowrDir | FstrimRangeSize<<iocSizeShift | 'X'<<iocTypeShift | 121
+	// FS_IOC_SHUTDOWN is _IOR('X', 125, __u32) (XFS_IOC_GOINGDOWN): the
+	// argument is read by the filesystem despite the _IOR direction, so
+	// FUSE does not copy it in (see the handler).
+	FS_IOC_SHUTDOWN uint32 = IOCRead<<iocDirShift | 4<<iocSizeShift | 'X'<<iocTypeShift | 125
+)
+
+// FS_IOC_SHUTDOWN flags (XFS_FSOP_GOING_FLAGS_*).
+const (
+	ShutdownDefault    uint32 = 0 // flush data and log, then shut down
+	ShutdownLogFlush   uint32 = 1 // flush the log, then shut down
+	ShutdownNoLogFlush uint32 = 2 // shut down at once
 )
 
 // ErrShortBuffer is returned (wrapped) when a buffer is smaller than the

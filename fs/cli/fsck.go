@@ -9,7 +9,7 @@ import (
 	"github.com/streamfs/streamfs/fs/meta"
 )
 
-const fsckUsage = "usage: streamfs fsck [-n] [-y] PATH"
+const fsckUsage = "usage: streamfs fsck [-n] [-y|-p] [-f] PATH"
 
 // Fsck implements `streamfs fsck [-n] [-y] PATH`. It checks an unmounted
 // device or image: -n (the default) only reports and opens the device
@@ -20,6 +20,10 @@ func Fsck(args []string, stdout, stderr io.Writer) int {
 	f := newFlags("fsck", stderr)
 	no := f.Bool("n", false, "check only: open the device read-only and change nothing (default)")
 	yes := f.Bool("y", false, "repair every problem that can be repaired")
+	// e2fsck habits: -p (preen) repairs what is safe, which here is every
+	// repair; -f forces a full check, which every check is.
+	f.BoolVar(yes, "p", false, "the same as -y")
+	_ = f.Bool("f", false, "accepted: every check is a full check")
 	kind := f.String("backend", "", "force a backend: file, block or nvme")
 	pos, err := parseFlags(f, args)
 	if err != nil {
@@ -42,7 +46,7 @@ func Fsck(args []string, stdout, stderr io.Writer) int {
 		return meta.FsckOperational
 	}
 	// The device's exclusive lock keeps a streamfs daemon out (ErrBusy).
-	dev, err := backend.Open(path, backend.OpenOptions{ReadOnly: !*yes, Kind: *kind})
+	dev, err := openWaiting(path, backend.OpenOptions{ReadOnly: !*yes, Kind: *kind}, stderr, "fsck")
 	if err != nil {
 		if errors.Is(err, backend.ErrBusy) {
 			fmt.Fprintf(stderr, "streamfs fsck: %s: %v\n", path, err)

@@ -86,6 +86,9 @@ func printInfo(w io.Writer, path string, d sfs.InfoDoc) {
 	fmt.Fprintf(w, "log      =internal %-13s blocks=%d at %d\n", "", i.JournalBlocks, i.JournalStart)
 	fmt.Fprintf(w, "checkpt  =2 slots %-14s blocks=%d each at %d\n", "", i.CkptBlocks, i.CkptStart)
 	fmt.Fprintf(w, "backup   =superblock %-11s block=%d; version=%d features=%#x/%#x/%#x\n", "", i.BackupBlock, i.Version, i.Compat, i.ROCompat, i.Incompat)
+	if d.Backend != "" {
+		fmt.Fprintf(w, "backend  =%s\n", d.Backend)
+	}
 	if f := d.FDP; f != nil {
 		fmt.Fprintf(w, "fdp      =enabled=%v config=%d reclaim_groups=%d handles=%d ru_size=%d placement_ids=%v\n",
 			f.Enabled, f.ConfigIndex, f.ReclaimGroups, f.ReclaimUnitHandles, f.ReclaimUnitSize, f.PlacementIDs)

@@ -13,8 +13,9 @@ import (
 	"github.com/streamfs/streamfs/fs/meta"
 )
 
-// Mkfs implements `streamfs mkfs`.
-func Mkfs(args []string, stdout, stderr io.Writer) int {
+// Mkfs implements `streamfs mkfs`. An image file it created is removed
+// again if formatting fails, so a failed mkfs leaves nothing behind.
+func Mkfs(args []string, stdout, stderr io.Writer) (code int) {
 	f := newFlags("mkfs", stderr)
 	size := f.String("size", "", "image size (K, M, G, T suffixes; powers of 1024)")
 	agCount := f.Uint("ag-count", 0, "number of allocation groups (default: like mkfs.xfs)")
@@ -49,6 +50,11 @@ func Mkfs(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return fail(stderr, "mkfs", err)
 		}
+		defer func() {
+			if code != exitOK {
+				_ = os.Remove(path)
+			}
+		}()
 		err = fh.Truncate(sizeBytes) // sparse
 		fh.Close()
 		if err != nil {
@@ -70,11 +76,16 @@ func Mkfs(args []string, stdout, stderr io.Writer) int {
 	default:
 		return fail(stderr, "mkfs", fmt.Errorf("%s is neither an image file nor a block device", path))
 	}
-	dev, err := backend.Open(path, backend.OpenOptions{Kind: *kind, Warn: warnTo(stderr, "mkfs")})
+	dev, err := openWaiting(path, backend.OpenOptions{Kind: *kind, Warn: warnTo(stderr, "mkfs")}, stderr, "mkfs")
 	if err != nil {
 		return fail(stderr, "mkfs", err)
 	}
-	defer dev.Close()
+	// Closed before the deferred removal of a created image runs.
+	defer func() {
+		if dev != nil {
+			dev.Close()
+		}
+	}()
 	if sig := meta.Signature(dev); sig != "" && !*force {
 		return fail(stderr, "mkfs", fmt.Errorf("%s already contains a filesystem (%s); use -f to overwrite it", path, sig))
 	}

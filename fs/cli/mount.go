@@ -15,10 +15,13 @@ import (
 	"syscall"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/streamfs/streamfs/alloc"
 	"github.com/streamfs/streamfs/backend"
 	sfs "github.com/streamfs/streamfs/fs"
 	"github.com/streamfs/streamfs/fs/meta"
+	"github.com/streamfs/streamfs/ioctl"
 )
 
 // mountOpts are the parsed -o options; the README has the table.
@@ -30,16 +33,21 @@ type mountOpts struct {
 	cacheBytes                     int64
 	commit                         time.Duration
 	logFile                        string
+	logJSON                        bool
+	noSuid, noDev, noExec          bool
+	atime                          sfs.AtimeMode
+	noRecovery                     bool
+	remount                        bool
 }
 
 // genericOpts are mount(8) options that mean nothing to streamfs; the mount
 // helper passes them and they are ignored.
 var genericOpts = map[string]bool{
-	"dev": true, "nodev": true, "suid": true, "nosuid": true, "exec": true, "noexec": true,
 	"auto": true, "noauto": true, "user": true, "nouser": true, "users": true, "defaults": true,
-	"_netdev": true, "nofail": true, "atime": true, "noatime": true, "relatime": true,
-	"strictatime": true, "nodiratime": true, "diratime": true, "async": true, "sync": true,
+	"_netdev": true, "nofail": true, "nodiratime": true, "diratime": true, "async": true, "sync": true,
 	"lazytime": true, "nolazytime": true, "owner": true, "group": true, "default_permissions": true,
+	// The FUSE kernel options mount(8) passes back from mtab on a remount.
+	"user_id": true, "group_id": true, "max_read": true, "rootmode": true, "blksize": true,
 }
 
 func parseMountOpts(list []string) (mountOpts, error) {
@@ -55,6 +63,31 @@ func parseMountOpts(list []string) (mountOpts, error) {
 				o.ro = true
 			case k == "rw":
 				o.ro = false
+			case k == "suid" || k == "nosuid":
+				o.noSuid = k == "nosuid"
+			case k == "dev" || k == "nodev":
+				o.noDev = k == "nodev"
+			case k == "exec" || k == "noexec":
+				o.noExec = k == "noexec"
+			case k == "relatime" || k == "atime":
+				o.atime = sfs.AtimeRelative
+			case k == "strictatime":
+				o.atime = sfs.AtimeStrict
+			case k == "noatime":
+				o.atime = sfs.AtimeNone
+			case k == "norecovery":
+				o.noRecovery = true
+			case k == "remount":
+				o.remount = true
+			case k == "log_format" && hasV:
+				switch v {
+				case "text":
+					o.logJSON = false
+				case "json":
+					o.logJSON = true
+				default:
+					return o, fmt.Errorf("-o log_format=%s: want text or json", v)
+				}
 			case k == "allow_other":
 				o.allowOther = true
 			case k == "debug":
@@ -113,13 +146,44 @@ func parseMountOpts(list []string) (mountOpts, error) {
 	return o, nil
 }
 
+// mountHelp is `streamfs mount --help`; the README has the same table.
+const mountHelp = `usage: streamfs mount [-o OPTIONS] PATH MOUNTPOINT
+Mounts the device or image PATH on MOUNTPOINT and serves it in the
+foreground until unmounted (umount MOUNTPOINT, or Ctrl-C / SIGTERM).
+mount -t fuse.streamfs PATH MOUNTPOINT -o OPTIONS does the same in the background.
+
+-o options (comma-separated):
+  ro, rw                      read-only or read-write (rw)
+  norecovery                  with ro: do not replay the journal (as XFS)
+  remount                     change a mounted filesystem's ro/rw, suid, dev,
+                              exec and atime options (mount -o remount,...)
+  suid, nosuid                honour set-id bits (suid)
+  dev, nodev                  allow device nodes (dev)
+  exec, noexec                allow execution (exec)
+  relatime, strictatime, noatime
+                              access-time updates (relatime)
+  placement=streams|agset|inode
+                              data placement policy (streams)
+  placement_cache=on|off      per-inode placement cache (on)
+  backend=file|block|nvme     force a backend (by what PATH is)
+  discard, nodiscard          discard freed blocks at once (nodiscard)
+  errors=remount-ro|continue  on repeated metadata write errors (remount-ro)
+  commit=SECONDS              periodic journal commit, 1..3600 (5)
+  allow_other                 let other users access the mount
+  debug                       log FUSE requests and placement decisions
+  log=FILE                    log to FILE instead of stderr (syslog in the background)
+  log_format=text|json        log lines as text or one JSON object each (text)
+Generic mount(8) options (defaults, auto, noauto, user, _netdev, nofail,
+x-*, ...) are accepted and ignored.
+`
+
 // MountCmd implements `streamfs mount [-o OPTIONS] PATH MOUNTPOINT`, in the
 // foreground.
 func MountCmd(args []string, stdout, stderr io.Writer) int {
 	opts, pos, flags := splitMountArgs(args)
 	for _, a := range flags {
 		if a == "-h" || a == "--help" {
-			fmt.Fprintln(stdout, "usage: streamfs mount [-o OPTIONS] PATH MOUNTPOINT")
+			fmt.Fprint(stdout, mountHelp)
 			return exitOK
 		}
 		fmt.Fprintf(stderr, "streamfs mount: unknown flag %s\n", a)
@@ -132,6 +196,16 @@ func MountCmd(args []string, stdout, stderr io.Writer) int {
 	o, err := parseMountOpts(opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "streamfs mount: %v\n", err)
+		return exitUsage
+	}
+	if o.remount {
+		if err := remount(pos[1], o); err != nil {
+			return fail(stderr, "mount", fmt.Errorf("remount %s: %w", pos[1], err))
+		}
+		return exitOK
+	}
+	if o.noRecovery && !o.ro {
+		fmt.Fprintln(stderr, "streamfs mount: -o norecovery needs -o ro")
 		return exitUsage
 	}
 	if err := runMount(pos[0], pos[1], o, stderr, nil); err != nil {
@@ -212,7 +286,7 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 		defer f.Close()
 		stderr = f
 	}
-	log := newLogger(stderr, o.debug)
+	log := newLoggerFormat(stderr, o.debug, o.logJSON)
 	defer func() { _ = log.Sync() }()
 	// STREAMFS_CPUPROFILE=FILE profiles the daemon for benchmarks.
 	if p := os.Getenv("STREAMFS_CPUPROFILE"); p != "" {
@@ -223,8 +297,8 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 		}
 	}
 	// The device first: "already mounted" explains more than a busy mount point.
-	dev, err := backend.Open(path, backend.OpenOptions{ReadOnly: o.ro, Kind: o.backend,
-		Warn: func(msg string) { log.Warn(msg) }})
+	dev, err := openWaiting(path, backend.OpenOptions{ReadOnly: o.ro, Kind: o.backend,
+		Warn: func(msg string) { log.Warn(msg) }}, stderr, "mount")
 	if err != nil {
 		if errors.Is(err, backend.ErrBusy) {
 			return fmt.Errorf("%s is already mounted by another streamfs (or otherwise in use): %w", path, err)
@@ -238,6 +312,7 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 	store, err := meta.Open(dev, meta.Options{
 		ReadOnly: o.ro, Discard: o.discard, Policy: o.placement, PlacementCache: o.cache,
 		CommitInterval: o.commit, CacheBytes: o.cacheBytes, Logger: log,
+		NoRecovery: o.noRecovery,
 	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
@@ -246,25 +321,31 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 	if abs, aerr := absPath(path); aerr == nil {
 		src = abs
 	}
+	// Catch signals before the mount exists: killed by one while mounted,
+	// the daemon would hang in its own FUSE flush on exit.
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
 	srv, err := sfs.Mount(&sfs.FS{Store: store, Log: log}, mnt, sfs.MountOptions{
 		Source: src, ReadOnly: o.ro, AllowOther: o.allowOther, Debug: o.debug, PlacementCache: o.cache,
+		NoSuid: o.noSuid, NoDev: o.noDev, NoExec: o.noExec, Atime: o.atime,
 	})
 	if err != nil {
 		_ = store.Close()
 		return err
 	}
-	log.Sugar().Infof("serving %s on %s (backend %s, placement %s, streams %d)",
-		path, mnt, dev.Kind(), o.placement, store.Allocator().MaxStreams())
+	log.Info("serving", zap.String("device", path), zap.String("mountpoint", mnt),
+		zap.String("backend", dev.Kind()), zap.String("placement", o.placement.String()),
+		zap.Uint32("streams", store.Allocator().MaxStreams()), zap.Bool("read_only", o.ro),
+		zap.String("atime", o.atime.String()))
 	if ready != nil {
 		ready(nil)
 	}
-	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
 		for s := range sig {
-			log.Sugar().Infof("%v: unmounting %s", s, mnt)
+			log.Info("unmounting", zap.String("signal", s.String()), zap.String("mountpoint", mnt))
 			if err := srv.Unmount(); err != nil {
-				log.Sugar().Warnf("unmount failed (busy?): %v", err)
+				log.Warn(busyHint(mnt), zap.Error(err))
 			}
 		}
 	}()
@@ -277,6 +358,13 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 	return nil
 }
 
+// busyHint says what to do when an unmount on a signal failed: the mount
+// keeps serving until the files are closed.
+func busyHint(mnt string) string {
+	return fmt.Sprintf("cannot unmount %s: it is busy (a process has a file or its working directory there; see: fuser -vm %s). "+
+		"Still serving: close those files and press Ctrl-C again (or send SIGTERM), or detach it now with: umount -l %s", mnt, mnt, mnt)
+}
+
 func absPath(p string) (string, error) {
 	if strings.HasPrefix(p, "/") {
 		return p, nil
@@ -286,6 +374,50 @@ func absPath(p string) (string, error) {
 		return "", err
 	}
 	return wd + "/" + p, nil
+}
+
+// remount changes a running mount's flags, as `mount -o remount,...` does:
+// the kernel's flags by mount(2), and the daemon's state by an ioctl (the
+// kernel does not tell a FUSE daemon). Read-only goes kernel first, so a
+// mount with files open for writing is refused (EBUSY) before the daemon
+// changes; read-write goes daemon first, so a daemon that cannot write
+// leaves the mount read-only.
+func remount(mnt string, o mountOpts) error {
+	f, err := os.Open(mnt)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	kernel := func() error {
+		flags := syscall.MS_REMOUNT | sfs.MountFlags(sfs.MountOptions{ReadOnly: o.ro,
+			NoSuid: o.noSuid, NoDev: o.noDev, NoExec: o.noExec, Atime: o.atime})
+		if err := syscall.Mount("", mnt, "", flags, ""); err != nil {
+			return fmt.Errorf("mount(2): %w", err)
+		}
+		return nil
+	}
+	daemon := func() error {
+		if err := ioctl.Remount(f.Fd(), o.ro); err != nil {
+			if errors.Is(err, syscall.ENOTTY) {
+				return fmt.Errorf("%s is not a streamfs mount: %w", mnt, err)
+			}
+			if errors.Is(err, syscall.EROFS) {
+				return fmt.Errorf("it was mounted read-only and its device opened read-only; umount it and mount it read-write: %w", err)
+			}
+			return err
+		}
+		return nil
+	}
+	if o.ro {
+		if err := kernel(); err != nil {
+			return err
+		}
+		return daemon()
+	}
+	if err := daemon(); err != nil {
+		return err
+	}
+	return kernel()
 }
 
 // readyEnv names the descriptor a background mount reports readiness on.
@@ -306,6 +438,13 @@ func Helper(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "streamfs: %v\n", err)
 		return exitUsage
+	}
+	if o.remount {
+		if err := remount(pos[1], o); err != nil {
+			fmt.Fprintf(stderr, "streamfs: remount %s: %v\n", pos[1], err)
+			return exitFail
+		}
+		return exitOK
 	}
 	if fd := os.Getenv(readyEnv); fd != "" {
 		// The background child: report readiness on the pipe, log to the

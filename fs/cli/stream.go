@@ -49,7 +49,7 @@ func Stream(args []string, stdout, stderr io.Writer) int {
 
 	f, err := openForStream(req.path, req.op)
 	if err != nil {
-		fmt.Fprintf(stderr, "open: %s\n", errText(err))
+		fmt.Fprintf(stderr, "streamfs stream: open %s: %s\n", req.path, errText(err))
 		return streamExitFail
 	}
 	defer f.Close()
@@ -78,7 +78,11 @@ func Stream(args []string, stdout, stderr io.Writer) int {
 		opErr = ctlErr
 	}
 	if opErr != nil {
-		fmt.Fprintf(stderr, "ioctl(%s) failed: %s\n", ioctl.OpName(req.op), errText(opErr))
+		msg := fmt.Sprintf("streamfs stream: %s: ioctl(%s) failed: %s", req.path, ioctl.OpName(req.op), errText(opErr))
+		if h := streamHint(f, req, opErr); h != "" {
+			msg += ": " + h
+		}
+		fmt.Fprintln(stderr, msg)
 		return streamExitFail
 	}
 
@@ -91,6 +95,31 @@ func Stream(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "Set stream ID to: %d\n", value)
 	}
 	return streamExitOK
+}
+
+// streamHint explains a failed ioctl in the filesystem's terms: what is
+// wrong and, for an id out of range, what the limit is.
+func streamHint(f *os.File, req streamRequest, err error) string {
+	switch {
+	case errors.Is(err, syscall.ENOTTY):
+		return "not on a streamfs mount (or a filesystem without write streams)"
+	case errors.Is(err, syscall.EBADF) && req.op == ioctl.OpSet:
+		return "setting a stream needs the file open for writing; you may lack write permission"
+	case errors.Is(err, syscall.EPERM) && req.op == ioctl.OpSet:
+		return "setting a directory's stream needs its owner, root, or write permission on it"
+	case errors.Is(err, syscall.EROFS):
+		return "the filesystem is read-only"
+	case errors.Is(err, syscall.EINVAL) && req.op == ioctl.OpSet:
+		var max uint32
+		var merr error
+		if rc, cerr := f.SyscallConn(); cerr == nil {
+			_ = rc.Control(func(fd uintptr) { max, merr = ioctl.GetMax(fd) })
+		}
+		if merr == nil && req.id > max {
+			return fmt.Sprintf("stream ID %d is above this filesystem's %d streams (valid IDs: 0 to %d; 0 clears)", req.id, max, max)
+		}
+	}
+	return ""
 }
 
 // streamRequest is a parsed command line.

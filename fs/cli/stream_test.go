@@ -99,15 +99,17 @@ func TestStreamOpenFailure(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "missing")
 	for _, op := range [][]string{{"max", missing}, {"get", missing}, {"set", missing, "1"}} {
 		rc, out, errOut := runStream(op...)
-		if rc != 1 || out != "" || errOut != "open: No such file or directory\n" {
+		if rc != 1 || out != "" || !strings.HasPrefix(errOut, "streamfs stream: open ") || !strings.HasSuffix(errOut, ": No such file or directory\n") {
 			t.Errorf("Stream(%q) = %d, %q, %q", op, rc, out, errOut)
 		}
 	}
 }
 
 // On a filesystem without write streams every operation reaches the ioctl
-// and fails with ENOTTY, printed exactly as perror would.
+// and fails with ENOTTY, printed as perror would after the command and
+// path, with what it means.
 func TestStreamOnPlainFilesystem(t *testing.T) {
+	const notStreamfs = "not on a streamfs mount (or a filesystem without write streams)\n"
 	dir := t.TempDir()
 	file := filepath.Join(dir, "f")
 	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
@@ -117,13 +119,13 @@ func TestStreamOnPlainFilesystem(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"max", file}, "ioctl(GET_MAX) failed: Inappropriate ioctl for device\n"},
-		{[]string{"get", file}, "ioctl(GET) failed: Inappropriate ioctl for device\n"},
-		{[]string{"set", file, "1"}, "ioctl(SET) failed: Inappropriate ioctl for device\n"},
-		{[]string{"get", dir}, "ioctl(GET) failed: Inappropriate ioctl for device\n"},
+		{[]string{"max", file}, "streamfs stream: " + file + ": ioctl(GET_MAX) failed: Inappropriate ioctl for device: " + notStreamfs},
+		{[]string{"get", file}, "streamfs stream: " + file + ": ioctl(GET) failed: Inappropriate ioctl for device: " + notStreamfs},
+		{[]string{"set", file, "1"}, "streamfs stream: " + file + ": ioctl(SET) failed: Inappropriate ioctl for device: " + notStreamfs},
+		{[]string{"get", dir}, "streamfs stream: " + dir + ": ioctl(GET) failed: Inappropriate ioctl for device: " + notStreamfs},
 		// A directory cannot be opened for writing: set must fall back to
 		// a read-only directory open and still reach the ioctl.
-		{[]string{"set", dir, "1"}, "ioctl(SET) failed: Inappropriate ioctl for device\n"},
+		{[]string{"set", dir, "1"}, "streamfs stream: " + dir + ": ioctl(SET) failed: Inappropriate ioctl for device: " + notStreamfs},
 	}
 	for _, tc := range cases {
 		rc, out, errOut := runStream(tc.args...)

@@ -2,9 +2,11 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 
 	sfs "github.com/streamfs/streamfs/fs"
 	"github.com/streamfs/streamfs/ioctl"
@@ -19,7 +21,13 @@ func queryFile(path string, kind uint32) ([]byte, error) {
 	defer fh.Close()
 	doc, err := ioctl.Query(fh.Fd(), kind)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w (is it on a streamfs mount?)", path, err)
+		if st, serr := fh.Stat(); serr == nil && st.IsDir() && kind == ioctl.QueryBmap && errors.Is(err, syscall.EINVAL) {
+			return nil, fmt.Errorf("%s is a directory: bmap maps a regular file's blocks", path)
+		}
+		if errors.Is(err, syscall.ENOTTY) {
+			return nil, fmt.Errorf("%s: not on a streamfs mount: %w", path, err)
+		}
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return doc, nil
 }
@@ -28,12 +36,14 @@ func queryFile(path string, kind uint32) ([]byte, error) {
 func Bmap(args []string, stdout, stderr io.Writer) int {
 	f := newFlags("bmap", stderr)
 	asJSON := f.Bool("json", false, "print JSON")
+	// xfs_bmap's -v: the output is always the verbose form.
+	_ = f.Bool("v", false, "verbose (accepted; always on)")
 	pos, err := parseFlags(f, args)
 	if err != nil {
 		return exitUsage
 	}
 	if len(pos) != 1 {
-		fmt.Fprintln(stderr, "usage: streamfs bmap [--json] FILE")
+		fmt.Fprintln(stderr, "usage: streamfs bmap [-v] [--json] FILE")
 		return exitUsage
 	}
 	doc, err := queryFile(pos[0], ioctl.QueryBmap)
@@ -90,7 +100,7 @@ func Stats(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, "stats", err)
 	}
 	fmt.Fprintf(stdout, "placement=%s max_streams=%d hw_streams=%d backend=%s\n", s.Policy, s.MaxStreams, s.HWStreams, s.Backend)
-	fmt.Fprintf(stdout, "placement cache: %v hits=%d misses=%d\n", s.PlacementCache, s.CacheHits, s.CacheMisses)
+	fmt.Fprintf(stdout, "placement cache: %s hits=%d misses=%d\n", onOff(s.PlacementCache), s.CacheHits, s.CacheMisses)
 	c := s.Counters
 	fmt.Fprintf(stdout, "checkpoints=%d (last %d bytes) data_io_errors=%d read_only=%v shutdown=%v node_cache hits=%d misses=%d\n",
 		c.Checkpoints, c.CheckpointPayload, c.DataIOErrors, c.ReadOnly, c.Shutdown, c.CacheHits, c.CacheMisses)
@@ -113,4 +123,12 @@ func Stats(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return exitOK
+}
+
+// onOff prints a switch the way its mount option spells it.
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
 }

@@ -366,3 +366,15 @@ func FuzzDecodeRecords(f *testing.F) {
 		}
 	})
 }
+
+// New filesystems get RFC 4122 version-4 UUIDs.
+func TestUUIDVersion4(t *testing.T) {
+	s, err := NewSuper(MkfsParams{SizeBytes: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := UUIDString(s.UUID)
+	if u[14] != '4' || !strings.ContainsRune("89ab", rune(u[19])) {
+		t.Errorf("uuid %s lacks the version 4 / RFC 4122 variant bits", u)
+	}
+}

@@ -82,6 +82,9 @@ func NewSuper(p MkfsParams) (*Super, error) {
 	if _, err := rand.Read(s.UUID[:]); err != nil {
 		return nil, fmt.Errorf("uuid: %w", err)
 	}
+	// RFC 4122 version 4 (random) and variant bits, as blkid and uuidgen expect.
+	s.UUID[6] = s.UUID[6]&0x0f | 0x40
+	s.UUID[8] = s.UUID[8]&0x3f | 0x80
 	if s.MetaEnd()+16 > s.BackupBlock {
 		return nil, fmt.Errorf("device too small for the metadata area")
 	}

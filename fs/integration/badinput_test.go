@@ -668,7 +668,9 @@ func TestBadInputLocked(t *testing.T) {
 	checkContent(t, m.path("f"), []byte("locked"))
 	m.unmount(t)
 
-	// Only the lock, no mount.
+	// Only the lock, no mount. The tools would wait 30 s for a daemon
+	// still exiting (TestLockWait); here they give up at once.
+	t.Setenv("STREAMFS_LOCK_WAIT", "0")
 	img2 := mkfs(t, "256M")
 	holdLock(t, img2)
 	mountMustFail(t, "mount of a locked image", img2, emptyDir(t), nil, img2, "in use")
@@ -801,6 +803,7 @@ func TestFsckExitStatus(t *testing.T) {
 	}
 	locked := copyImage(t, img)
 	holdLock(t, locked)
+	t.Setenv("STREAMFS_LOCK_WAIT", "0") // no waiting for the holder (TestLockWait)
 	_, stderr, code := fsckStatus(t, "-n", locked)
 	checkClearError(t, "fsck -n of a locked image", stderr, code, 8, locked)
 

@@ -36,7 +36,7 @@ func TestLoopDevice(t *testing.T) {
 	}
 	streamfs(t, "mkfs", dev)
 	m := mountImage(t, dev)
-	if !strings.Contains(m.log.String(), "backend block") {
+	if !strings.Contains(m.log.String(), `"backend": "block"`) {
 		t.Errorf("a loop device was not served by the block backend:\n%s", m.log.String())
 	}
 	// mkfs refuses a mounted device.

@@ -114,7 +114,10 @@ func (ns *helperNS) runSplit(name string, args ...string) (combined, stderr stri
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"-t", strconv.Itoa(ns.pid), "-m", "--", name}, args...)...)
 	cmd.Env = ns.env
-	var all, errb bytes.Buffer
+	// exec copies stdout and stderr in two goroutines: the buffer both
+	// write to must be safe for that (syncBuffer), or -race reports it.
+	var all syncBuffer
+	var errb bytes.Buffer
 	cmd.Stdout = &all
 	cmd.Stderr = &multiWriter{&all, &errb}
 	err := cmd.Run()
@@ -122,8 +125,12 @@ func (ns *helperNS) runSplit(name string, args ...string) (combined, stderr stri
 }
 
 // multiWriter writes to both buffers (io.MultiWriter, without its
-// short-write checks getting in the way of two buffers).
-type multiWriter struct{ a, b *bytes.Buffer }
+// short-write checks getting in the way of two buffers). Only the stderr
+// goroutine writes b.
+type multiWriter struct {
+	a *syncBuffer
+	b *bytes.Buffer
+}
 
 func (w *multiWriter) Write(p []byte) (int, error) {
 	w.a.Write(p)

@@ -250,7 +250,7 @@ func (s *Store) writeLocked(in *Inode, p []byte, off int64) (int, error) {
 func (s *Store) writeInPlace(in *Inode, seg segment, data []byte, lo int64) error {
 	bs := int64(s.bs)
 	dev := int64(seg.ext.PBlk)*bs + lo - int64(seg.lblk)*bs
-	if err := s.dev.WriteAt(data, dev, in.attr.Stream); err != nil {
+	if err := s.dev.WriteAt(data, dev, s.devStream(in.attr.Stream)); err != nil {
 		return s.dataError(in, err)
 	}
 	return nil
@@ -303,7 +303,7 @@ func (s *Store) fillUnwritten(in *Inode, seg segment, data []byte, at int64) err
 	hi := uint64((at + int64(len(data)) + bs - 1) / bs)
 	pblk := seg.ext.PBlk + (lo - seg.lblk)
 	buf := s.blockBuf(lo, hi-lo, data, at)
-	err := s.dev.WriteAt(buf, int64(pblk)*bs, in.attr.Stream)
+	err := s.dev.WriteAt(buf, int64(pblk)*bs, s.devStream(in.attr.Stream))
 	putBuf(buf)
 	if err != nil {
 		return s.dataError(in, err)
@@ -327,7 +327,7 @@ func (s *Store) fillHole(in *Inode, seg segment, data []byte, at int64) (int, er
 		chunkLo := max(int64(lo)*bs, at)
 		chunkHi := min(int64(lo+x.Len)*bs, at+int64(len(data)))
 		buf := s.blockBuf(lo, x.Len, data[chunkLo-at:chunkHi-at], chunkLo)
-		err = s.dev.WriteAt(buf, int64(x.PBlk)*bs, in.attr.Stream)
+		err = s.dev.WriteAt(buf, int64(x.PBlk)*bs, s.devStream(in.attr.Stream))
 		putBuf(buf)
 		if err != nil {
 			// The blocks were never mapped: they can go back at once.
@@ -428,7 +428,7 @@ func (s *Store) zeroRange(in *Inode, lo, hi int64) error {
 		a := max(int64(x.LBlk)*bs, lo)
 		b := min(int64(x.End())*bs, hi)
 		dev := int64(x.PBlk)*bs + a - int64(x.LBlk)*bs
-		if werr := s.dev.WriteAt(make([]byte, b-a), dev, in.attr.Stream); werr != nil {
+		if werr := s.dev.WriteAt(make([]byte, b-a), dev, s.devStream(in.attr.Stream)); werr != nil {
 			return s.dataError(in, werr)
 		}
 	}

@@ -204,3 +204,11 @@ func (s *Store) Extents(in *Inode) ([]Extent, error) {
 	defer in.mu.RUnlock()
 	return extentsIn(s.treeFor(in.attr.Ino), in.attr.Ino, 0, ^uint64(0))
 }
+
+// ExtentRange returns the file's extent pieces intersecting file blocks
+// [lblk, lblk+n), clipped to them.
+func (s *Store) ExtentRange(in *Inode, lblk, n uint64) ([]Extent, error) {
+	in.mu.RLock()
+	defer in.mu.RUnlock()
+	return s.visit(in, lblk, n)
+}

@@ -47,7 +47,7 @@ type Options struct {
 	PlacementCache bool          // per-inode placement cache
 	CommitInterval time.Duration // periodic journal commit; 0: 5s
 	CacheBytes     int64         // metadata node cache; 0: DefaultCacheBytes
-	NoRecovery     bool          // read-only without replaying the journal
+	NoRecovery     bool          // read-only without replaying the journal (XFS's norecovery)
 	Logger         *zap.Logger
 }
 
@@ -63,6 +63,9 @@ type Store struct {
 	log      *zap.Logger
 	opts     Options
 	readOnly bool
+	// remountRO is set by a remount read-only (SetReadOnly); readOnly is
+	// fixed at mount.
+	remountRO atomic.Bool
 
 	itab   *inodeTable
 	agNext []atomic.Uint32 // next agino per AG
@@ -202,7 +205,10 @@ func Open(dev backend.Device, opts Options) (*Store, error) {
 	if backup {
 		log.Warn("primary superblock is corrupt; mounted from the backup copy (streamfs fsck -y rewrites it)")
 	}
-	ro := opts.ReadOnly || opts.NoRecovery
+	ro := opts.ReadOnly
+	if opts.NoRecovery && !ro {
+		return nil, errors.New("norecovery needs a read-only mount (-o ro,norecovery)")
+	}
 	if sb.ReadOnlyOnly() && !ro {
 		return nil, fmt.Errorf("filesystem has read-only-compatible features %#x this build does not know: mount with -o ro", sb.ROCompat)
 	}
@@ -304,6 +310,8 @@ func (s *Store) load(recover bool) (h *format.CkptHeader, commits, records int, 
 		return nil, 0, 0, err
 	}
 	if !recover {
+		s.log.Warn("norecovery: the journal is not replayed; changes committed after the last checkpoint are not visible",
+			zap.Uint64("checkpoint", h.Seq))
 		s.j.head = h.JournalPos
 		s.j.openTx.Store(h.JournalSeq)
 		s.j.committed.Store(h.JournalSeq)
@@ -555,7 +563,10 @@ func (s *Store) Shutdown(flags uint32) error {
 	default:
 		return syscall.EINVAL
 	}
-	s.shutdown(fmt.Errorf("shutdown requested (flags %d)", flags))
+	if s.j.failed.CompareAndSwap(false, true) {
+		s.log.Warn("filesystem shut down on request (FS_IOC_SHUTDOWN); unmount, then mount again to recover from the log",
+			zap.Uint32("flags", flags))
+	}
 	return nil
 }
 
@@ -584,7 +595,7 @@ func (s *Store) logENOSPC() {
 
 // writable returns EROFS once the filesystem went read-only.
 func (s *Store) writable() error {
-	if s.readOnly {
+	if s.readOnly || s.remountRO.Load() {
 		return syscall.EROFS
 	}
 	if s.j.failed.Load() {
@@ -605,7 +616,7 @@ func (s *Store) Allocator() *alloc.Allocator { return s.alloc }
 func (s *Store) Device() backend.Device { return s.dev }
 
 // ReadOnly reports a read-only mount.
-func (s *Store) ReadOnly() bool { return s.readOnly || s.j.failed.Load() }
+func (s *Store) ReadOnly() bool { return s.readOnly || s.remountRO.Load() || s.j.failed.Load() }
 
 // markDirtyLocked notes that in's attributes need journaling. in.mu held.
 func (s *Store) markDirtyLocked(in *Inode) {
