@@ -102,8 +102,8 @@ func Stats(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "placement=%s max_streams=%d hw_streams=%d backend=%s\n", s.Policy, s.MaxStreams, s.HWStreams, s.Backend)
 	fmt.Fprintf(stdout, "placement cache: %s hits=%d misses=%d\n", onOff(s.PlacementCache), s.CacheHits, s.CacheMisses)
 	c := s.Counters
-	fmt.Fprintf(stdout, "checkpoints=%d (last %d bytes) data_io_errors=%d read_only=%v shutdown=%v node_cache hits=%d misses=%d\n",
-		c.Checkpoints, c.CheckpointPayload, c.DataIOErrors, c.ReadOnly, c.Shutdown, c.CacheHits, c.CacheMisses)
+	fmt.Fprintf(stdout, "checkpoints=%d (last %d bytes, longest pause %d us) data_io_errors=%d read_only=%v shutdown=%v node_cache hits=%d misses=%d\n",
+		c.Checkpoints, c.CheckpointPayload, c.CheckpointPauseMax, c.DataIOErrors, c.ReadOnly, c.Shutdown, c.CacheHits, c.CacheMisses)
 	fmt.Fprintf(stdout, "%4s %12s %12s %10s %10s\n", "AG", "SIZE", "FREE", "ALLOCS", "LOCKWAITS")
 	for _, a := range s.AGs {
 		fmt.Fprintf(stdout, "%4d %12d %12d %10d %10d\n", a.Index, a.Size, a.Free, a.Allocs, a.LockWaits)

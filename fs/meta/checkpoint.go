@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -37,16 +38,21 @@ func (j *journal) checkpointLocked() error {
 		return ErrJournalFailed
 	}
 	s.opLock.Lock()
+	paused := time.Now()
 	writes, roots, released, err := s.snapshotLocked()
 	_, _, frees, _ := j.detach(true) // the snapshot contains its records
 	seq := j.openTx.Load()
 	s.opLock.Unlock()
+	s.stats.notePause(time.Since(paused))
 	if err != nil {
 		return s.shutdown(fmt.Errorf("preparing checkpoint: %w", err))
 	}
+	wstart := time.Now()
 	if err := j.writeCheckpoint(writes, roots, seq); err != nil {
 		return s.shutdown(err)
 	}
+	s.log.Debug("checkpoint", zap.Int("nodes", len(writes)), zap.Int("released", len(released)),
+		zap.Duration("pause", wstart.Sub(paused)), zap.Duration("write", time.Since(wstart)))
 	for _, t := range s.trees {
 		t.Written()
 	}
@@ -71,6 +77,7 @@ func (j *journal) checkpointLocked() error {
 
 // snapshotLocked prepares a checkpoint's writes. opLock is held exclusively.
 func (s *Store) snapshotLocked() (writes []tree.BlockWrite, roots []uint64, released []uint64, err error) {
+	t0 := time.Now()
 	for _, in := range s.clearDirty() {
 		if in.freed {
 			continue
@@ -82,15 +89,19 @@ func (s *Store) snapshotLocked() (writes []tree.BlockWrite, roots []uint64, rele
 	if err := s.storeAGs(); err != nil {
 		return nil, nil, nil, err
 	}
+	t1 := time.Now()
 	if released, err = s.foldNodeSpace(); err != nil {
 		return nil, nil, nil, err
 	}
+	t2 := time.Now()
 	roots = make([]uint64, len(s.trees))
 	for ag, t := range s.trees {
 		var w []tree.BlockWrite
 		roots[ag], w = t.Snapshot()
 		writes = append(writes, w...)
 	}
+	s.log.Debug("checkpoint snapshot", zap.Duration("inodes", t1.Sub(t0)), zap.Duration("fold", t2.Sub(t1)),
+		zap.Duration("encode", time.Since(t2)))
 	return writes, roots, released, nil
 }
 

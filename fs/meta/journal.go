@@ -207,6 +207,11 @@ func (j *journal) detach(always bool) (tx uint64, payload []byte, frees []alloc.
 		j.stripes[i].mu.Unlock()
 	}
 	slices.SortFunc(ents, func(a, b ent) int { return cmp.Compare(a.seq, b.seq) })
+	size := 0
+	for _, e := range ents {
+		size += len(e.b)
+	}
+	payload = make([]byte, 0, size)
 	for _, e := range ents {
 		payload = append(payload, e.b...)
 	}

@@ -103,8 +103,20 @@ type Store struct {
 
 type storeStats struct {
 	checkpoints atomic.Uint64
+	pauseMax    atomic.Int64 // longest checkpoint pause of operations (ns)
+	pauseTotal  atomic.Int64
 	streamBytes sync.Map // uint32 → *atomic.Uint64 bytes written per stream
 	dataErrors  atomic.Uint64
+}
+
+func (st *storeStats) notePause(d time.Duration) {
+	st.pauseTotal.Add(int64(d))
+	for {
+		cur := st.pauseMax.Load()
+		if int64(d) <= cur || st.pauseMax.CompareAndSwap(cur, int64(d)) {
+			return
+		}
+	}
 }
 
 // Counters are what the filesystem did since mount, for `streamfs stats`.
@@ -116,16 +128,22 @@ type Counters struct {
 	CheckpointPayload uint64 `json:"checkpoint_bytes"`
 	CacheHits         uint64 `json:"node_cache_hits"`
 	CacheMisses       uint64 `json:"node_cache_misses"`
+	// CheckpointPauseMax is the longest time a checkpoint held operations
+	// back (while it copied the dirty tree nodes), in microseconds.
+	CheckpointPauseMax   int64 `json:"checkpoint_pause_max_us"`
+	CheckpointPauseTotal int64 `json:"checkpoint_pause_total_us"`
 }
 
 // Counters returns the counters.
 func (s *Store) Counters() Counters {
 	c := Counters{
-		Checkpoints:       s.stats.checkpoints.Load(),
-		Shutdown:          s.j.failed.Load(),
-		DataIOErrors:      s.stats.dataErrors.Load(),
-		ReadOnly:          s.ReadOnly(),
-		CheckpointPayload: s.ckptBytes.Load(),
+		Checkpoints:          s.stats.checkpoints.Load(),
+		Shutdown:             s.j.failed.Load(),
+		DataIOErrors:         s.stats.dataErrors.Load(),
+		ReadOnly:             s.ReadOnly(),
+		CheckpointPayload:    s.ckptBytes.Load(),
+		CheckpointPauseMax:   s.stats.pauseMax.Load() / 1000,
+		CheckpointPauseTotal: s.stats.pauseTotal.Load() / 1000,
 	}
 	if s.cache != nil {
 		c.CacheHits, c.CacheMisses = s.cache.Metrics()
