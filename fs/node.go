@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/streamfs/streamfs/fs/meta"
+	"github.com/streamfs/streamfs/fs/rules"
 )
 
 // FS is the state every node shares.
@@ -23,6 +24,8 @@ type FS struct {
 	Log   *zap.Logger
 	// PlacementCache is reported by stats.
 	PlacementCache bool
+	// Rules give new regular files a stream by name (nil: none).
+	Rules *rules.Set
 }
 
 // Node is one file, directory or symlink.
@@ -194,7 +197,11 @@ func (n *Node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 
 // Mknod implements gofs.NodeMknoder.
 func (n *Node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	ch, _, e := n.create(ctx, name, meta.NewInode{Mode: mode, Rdev: dev}, out)
+	ni := meta.NewInode{Mode: mode, Rdev: dev}
+	if mode&syscall.S_IFMT == syscall.S_IFREG {
+		ni.RuleStream = n.fs.Rules.Match(name)
+	}
+	ch, _, e := n.create(ctx, name, ni, out)
 	return ch, e
 }
 
@@ -215,7 +222,7 @@ func (n *Node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 
 // Create implements gofs.NodeCreater.
 func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
-	ch, in, e := n.create(ctx, name, meta.NewInode{Mode: syscall.S_IFREG | mode&0o7777}, out)
+	ch, in, e := n.create(ctx, name, meta.NewInode{Mode: syscall.S_IFREG | mode&0o7777, RuleStream: n.fs.Rules.Match(name)}, out)
 	if e != 0 {
 		return nil, nil, 0, e
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/streamfs/streamfs/backend"
 	sfs "github.com/streamfs/streamfs/fs"
 	"github.com/streamfs/streamfs/fs/meta"
+	"github.com/streamfs/streamfs/fs/rules"
 )
 
 // mountOpts are the parsed -o options; the README has the table.
@@ -30,6 +31,7 @@ type mountOpts struct {
 	errorsContinue                 bool
 	commit                         time.Duration
 	logFile                        string
+	rules                          *rules.Set // stream_rules, then stream_rules_file
 }
 
 // genericOpts are mount(8) options that mean nothing to streamfs; the mount
@@ -44,6 +46,8 @@ var genericOpts = map[string]bool{
 
 func parseMountOpts(list []string) (mountOpts, error) {
 	o := mountOpts{placement: alloc.PolicyStreams, cache: true, commit: 5 * time.Second}
+	var optRules, fileRules *rules.Set
+	defer func() { o.rules = optRules.Append(fileRules) }()
 	for _, group := range list {
 		for _, opt := range strings.Split(group, ",") {
 			if opt == "" {
@@ -79,8 +83,8 @@ func parseMountOpts(list []string) (mountOpts, error) {
 					return o, fmt.Errorf("-o placement_cache=%s: want on or off", v)
 				}
 			case k == "backend" && hasV:
-				if v != "file" && v != "block" && v != "nvme" {
-					return o, fmt.Errorf("-o backend=%s: want file, block or nvme", v)
+				if v != "file" && v != "block" && v != "nvme" && v != "ftl" {
+					return o, fmt.Errorf("-o backend=%s: want file, block, nvme or ftl", v)
 				}
 				o.backend = v
 			case k == "errors" && hasV:
@@ -94,6 +98,19 @@ func parseMountOpts(list []string) (mountOpts, error) {
 				}
 			case k == "log" && hasV:
 				o.logFile = v
+			case k == "stream_rules" && hasV:
+				// PATTERN:ID;PATTERN:ID - ';' because mount(8) splits at ','.
+				set, err := rules.Parse(v, "-o stream_rules")
+				if err != nil {
+					return o, err
+				}
+				optRules = optRules.Append(set)
+			case k == "stream_rules_file" && hasV:
+				set, err := rules.ParseFile(v)
+				if err != nil {
+					return o, fmt.Errorf("-o stream_rules_file: %w", err)
+				}
+				fileRules = fileRules.Append(set)
 			case k == "commit" && hasV:
 				n, err := strconv.Atoi(v)
 				if err != nil || n < 1 || n > 3600 {
@@ -239,11 +256,15 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
+	if err := o.rules.Check(store.Allocator().MaxStreams()); err != nil {
+		_ = store.Close()
+		return fmt.Errorf("-o stream_rules: %w", err)
+	}
 	src := path
 	if abs, aerr := absPath(path); aerr == nil {
 		src = abs
 	}
-	srv, err := sfs.Mount(&sfs.FS{Store: store, Log: log}, mnt, sfs.MountOptions{
+	srv, err := sfs.Mount(&sfs.FS{Store: store, Log: log, Rules: o.rules}, mnt, sfs.MountOptions{
 		Source: src, ReadOnly: o.ro, AllowOther: o.allowOther, Debug: o.debug, PlacementCache: o.cache,
 	})
 	if err != nil {

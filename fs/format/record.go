@@ -58,6 +58,14 @@ const (
 	MaxXattrValue = 65536
 )
 
+// Where an inode's write stream came from (InodeRec.StreamSrc).
+const (
+	StreamSrcNone uint8 = 0 // no stream
+	StreamSrcSet  uint8 = 1 // set by FS_IOC_WRITE_STREAM
+	StreamSrcDir  uint8 = 2 // inherited from the parent directory at create
+	StreamSrcRule uint8 = 3 // from a stream rule matching the name at create
+)
+
 // InodeRec is the attribute part of an inode.
 type InodeRec struct {
 	Ino, Size, Parent          uint64
@@ -65,6 +73,10 @@ type InodeRec struct {
 	Atime, Mtime, Ctime, Btime int64
 	Flags, Stream, Rdev, Gen   uint32
 	Target                     string
+	// StreamSrc is one of the StreamSrc constants. It is the record's
+	// last byte, optional on decode, so records written before it read as
+	// StreamSrcNone.
+	StreamSrc uint8
 }
 
 // Record is one decoded record; Type says which fields are meaningful.
@@ -118,6 +130,7 @@ func (e *Encoder) Inode(r *InodeRec) {
 	e.u64(r.Parent)
 	e.u32(r.Gen)
 	e.str(r.Target)
+	e.u8(r.StreamSrc)
 	e.end(s)
 }
 
@@ -300,6 +313,12 @@ func decodeRecord(t uint8, body []byte) (*Record, error) {
 		in.Parent = d.u64()
 		in.Gen = d.u32()
 		in.Target = d.str(MaxTargetLen)
+		if d.err == nil && len(d.b) > 0 {
+			in.StreamSrc = d.need(1)[0]
+			if in.StreamSrc > StreamSrcRule {
+				d.err = fmt.Errorf("inode stream source %d: %w", in.StreamSrc, ErrCorrupt)
+			}
+		}
 		r.Ino = in.Ino
 		if d.err == nil && in.Size > 1<<62 {
 			d.err = fmt.Errorf("inode size %d: %w", in.Size, ErrCorrupt)

@@ -68,6 +68,10 @@ type NewInode struct {
 	UID, GID uint32
 	Rdev     uint32
 	Target   string // symlinks
+	// RuleStream is the stream a stream rule gives the name (0: no rule
+	// matched). It wins over the directory's stream; an explicit SET later
+	// wins over both.
+	RuleStream uint32
 }
 
 // newIno picks the number for a new inode: files live in their parent's
@@ -104,7 +108,7 @@ func (s *Store) newIno(parent *Inode, isDir bool) (uint64, error) {
 }
 
 // Create makes a file, directory, symlink or device node in dir. The new
-// inode inherits the directory's stream.
+// inode takes n.RuleStream if a rule matched, else the directory's stream.
 func (s *Store) Create(dir *Inode, name string, n NewInode) (*Inode, error) {
 	if err := s.writable(); err != nil {
 		return nil, err
@@ -137,6 +141,12 @@ func (s *Store) Create(dir *Inode, name string, n NewInode) (*Inode, error) {
 		Nlink: 1, Atime: t, Mtime: t, Ctime: t, Btime: t, Stream: dir.attr.Stream,
 		Target: n.Target, Parent: dir.attr.Ino,
 	}}
+	switch {
+	case n.RuleStream != 0:
+		in.attr.Stream, in.attr.StreamSrc = n.RuleStream, format.StreamSrcRule
+	case dir.attr.Stream != 0:
+		in.attr.StreamSrc = format.StreamSrcDir
+	}
 	if n.Mode&syscall.S_IFMT == syscall.S_IFLNK {
 		in.attr.Size = uint64(len(n.Target))
 	}
@@ -557,6 +567,10 @@ func (s *Store) SetStream(in *Inode, id uint32) error {
 	var e format.Encoder
 	s.opLock.RLock()
 	in.attr.Stream = id
+	in.attr.StreamSrc = format.StreamSrcSet
+	if id == 0 {
+		in.attr.StreamSrc = format.StreamSrcNone
+	}
 	in.attr.Ctime = now()
 	e.Inode(&in.attr)
 	s.j.append(e.Buf, nil)

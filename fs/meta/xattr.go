@@ -181,15 +181,26 @@ func (s *Store) StreamBytes() map[uint32]uint64 {
 
 // StreamFiles counts regular files per stream id.
 func (s *Store) StreamFiles() map[uint32]uint64 {
-	out := map[uint32]uint64{}
+	out, _ := s.StreamFileSources()
+	return out
+}
+
+// StreamFileSources counts regular files per stream, and per stream and
+// stream source (format.StreamSrc*).
+func (s *Store) StreamFileSources() (files map[uint32]uint64, bySrc map[uint32][4]uint64) {
+	bySrc = map[uint32][4]uint64{}
+	files = map[uint32]uint64{}
 	for _, in := range s.itab.all() {
 		in.mu.RLock()
 		if in.IsReg() {
-			out[in.attr.Stream]++
+			files[in.attr.Stream]++
+			c := bySrc[in.attr.Stream]
+			c[in.attr.StreamSrc&3]++
+			bySrc[in.attr.Stream] = c
 		}
 		in.mu.RUnlock()
 	}
-	return out
+	return files, bySrc
 }
 
 // Trim discards free space of at least minLen blocks (FITRIM).
