@@ -47,7 +47,6 @@ var genericOpts = map[string]bool{
 func parseMountOpts(list []string) (mountOpts, error) {
 	o := mountOpts{placement: alloc.PolicyStreams, cache: true, commit: 5 * time.Second}
 	var optRules, fileRules *rules.Set
-	defer func() { o.rules = optRules.Append(fileRules) }()
 	for _, group := range list {
 		for _, opt := range strings.Split(group, ",") {
 			if opt == "" {
@@ -124,6 +123,7 @@ func parseMountOpts(list []string) (mountOpts, error) {
 			}
 		}
 	}
+	o.rules = optRules.Append(fileRules)
 	return o, nil
 }
 
