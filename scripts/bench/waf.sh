@@ -6,8 +6,8 @@
 #
 #   fio       mixed lifetimes: a hot file overwritten at random (4k, fio),
 #             static cold files written once, and cold "rolling" files that
-#             are deleted and rewritten, oldest first, while the hot writes
-#             run (each lives for a whole round of the others). Each group
+#             are deleted and rewritten, picked at random, while the hot
+#             writes run. Each group
 #             has its own directory, which carries a stream (hot 1, cold 2,
 #             rolling 3) in the streams run. Mount option discard: deleted
 #             and overwritten-elsewhere blocks reach the drive as trims.
@@ -27,8 +27,8 @@
 #
 # Usage: sudo scripts/bench/waf.sh
 # Environment (besides lib.sh's BENCH_DIR, BENCH_OUT, STREAMFS_BIN):
-#   DRIVE=2G  FTL=op=7,ru=4M,handles=8  HOT=384M  COLD=400M  ROLL_FILES=20
-#   ROLL=44M  HOT_IO=8G (hot bytes overwritten)  ROLL_PAUSE=1 (s between files)
+#   DRIVE=2G  FTL=op=7,ru=4M,handles=8  HOT=192M  COLD=600M  ROLL_FILES=20
+#   ROLL=48M  HOT_IO=6G (hot bytes overwritten)  ROLL_PAUSE=0.3 (s between files)
 #   BALLAST=500M  KEYS=900000  VALUE=1000  OVERWRITES=3 (x KEYS)
 #   W1_IMG=16G  W1_FTL=op=7,ru=8M,handles=16  RUNTIME=15
 #   RUNS="fio rocksdb w1 plain"  PLOTS=docs/img (relative to the checkout)
@@ -36,12 +36,12 @@ source "$(dirname "$0")/lib.sh"
 
 DRIVE=${DRIVE:-2G}
 FTL=${FTL:-op=7,ru=4M,handles=8}
-HOT=${HOT:-384M}
-COLD=${COLD:-400M}
+HOT=${HOT:-192M}
+COLD=${COLD:-600M}
 ROLL_FILES=${ROLL_FILES:-20}
-ROLL=${ROLL:-44M}
-ROLL_PAUSE=${ROLL_PAUSE:-1}
-HOT_IO=${HOT_IO:-8G}
+ROLL=${ROLL:-48M}
+ROLL_PAUSE=${ROLL_PAUSE:-0.3}
+HOT_IO=${HOT_IO:-6G}
 BALLAST=${BALLAST:-500M}
 KEYS=${KEYS:-900000}
 VALUE=${VALUE:-1000}
@@ -147,15 +147,17 @@ fio_run() { # NAME STREAMS(0|1) MODEL(0|1)
 	df -h "$MNT" | tail -1 >"$BENCH_OUT/$name.df"
 	log "fill done: $(cat "$BENCH_OUT/$name.df")"
 	[ "$model" = 1 ] && c0=$(fdp_counters)
-	# Rolling files: delete the oldest, write it again, all the time.
+	# Rolling files: delete one at random, write it again, all the time.
+	# Random, not oldest first: deleting in write order would free whole
+	# units even when mixed with hot data, which is the one pattern where
+	# mixing costs nothing.
 	(
 		trap - EXIT INT TERM
 		while :; do
-			for i in $(seq 1 "$ROLL_FILES"); do
-				rm -f "$MNT/roll/r$i"
-				dd if=/dev/zero of="$MNT/roll/r$i" bs=1M count=$((${ROLL%M})) oflag=direct status=none || true
-				sleep "$ROLL_PAUSE"
-			done
+			i=$((RANDOM % ROLL_FILES + 1))
+			rm -f "$MNT/roll/r$i"
+			dd if=/dev/zero of="$MNT/roll/r$i" bs=1M count=$((${ROLL%M})) oflag=direct status=none || true
+			sleep "$ROLL_PAUSE"
 		done
 	) &
 	roll=$!
