@@ -29,7 +29,7 @@
 # Environment (besides lib.sh's BENCH_DIR, BENCH_OUT, STREAMFS_BIN):
 #   DRIVE=2G  FTL=op=7,ru=4M,handles=8  HOT=192M  COLD=600M  ROLL_FILES=20
 #   ROLL=48M  HOT_IO=6G (hot bytes overwritten)  ROLL_PAUSE=0.3 (s between files)
-#   BALLAST=500M  KEYS=900000  VALUE=1000  OVERWRITES=3 (x KEYS)
+#   BALLAST=400M  KEYS=700000  VALUE=1000  OVERWRITES=3 (x KEYS)
 #   W1_IMG=16G  W1_FTL=op=7,ru=8M,handles=16  RUNTIME=15
 #   RUNS="fio rocksdb w1 plain"  PLOTS=docs/img (relative to the checkout)
 source "$(dirname "$0")/lib.sh"
@@ -42,8 +42,8 @@ ROLL_FILES=${ROLL_FILES:-20}
 ROLL=${ROLL:-48M}
 ROLL_PAUSE=${ROLL_PAUSE:-0.3}
 HOT_IO=${HOT_IO:-6G}
-BALLAST=${BALLAST:-500M}
-KEYS=${KEYS:-900000}
+BALLAST=${BALLAST:-400M}
+KEYS=${KEYS:-700000}
 VALUE=${VALUE:-1000}
 OVERWRITES=${OVERWRITES:-3}
 W1_IMG=${W1_IMG:-16G}
@@ -181,7 +181,9 @@ DB_OPTS=(--key_size=16 --value_size="$VALUE" --compression_type=none --threads=1
 	--statistics=0 --seed=42)
 
 db_run() { # NAME STREAMS(0|1) MODEL(0|1)
-	local name=$1 streams=$2 model=$3 c0 opts=discard t0
+	# commit=1: space of deleted tables is reusable once its free is
+	# committed; compaction needs it back quickly on a full drive.
+	local name=$1 streams=$2 model=$3 c0 opts=discard,commit=1 t0
 	log "rocksdb $name"
 	new_drive "$([ "$model" = 1 ] && echo "$FTL")"
 	[ "$streams" = 1 ] && opts="$opts,stream_rules=*.log:1;*.sst:2;MANIFEST-*:3"
