@@ -29,7 +29,9 @@
 # Environment (besides lib.sh's BENCH_DIR, BENCH_OUT, STREAMFS_BIN):
 #   DRIVE=2G  FTL=op=7,ru=4M,handles=8  HOT=192M  COLD=600M  ROLL_FILES=20
 #   ROLL=48M  HOT_IO=6G (hot bytes overwritten)  ROLL_PAUSE=0.3 (s between files)
-#   BALLAST=400M  KEYS=700000  VALUE=1000  OVERWRITES=3 (x KEYS)
+#   DB_FTL=op=14,ru=32M,handles=4  BALLAST=700M  KEYS=500000  VALUE=1000
+#   OVERWRITES=3 (x KEYS)  SST=4194304 (target_file_size_base: tables much
+#   smaller than a reclaim unit, as on real FDP drives whose units are GBs)
 #   W1_IMG=16G  W1_FTL=op=7,ru=8M,handles=16  RUNTIME=15
 #   RUNS="fio rocksdb w1 plain"  PLOTS=docs/img (relative to the checkout)
 source "$(dirname "$0")/lib.sh"
@@ -42,8 +44,10 @@ ROLL_FILES=${ROLL_FILES:-20}
 ROLL=${ROLL:-48M}
 ROLL_PAUSE=${ROLL_PAUSE:-0.3}
 HOT_IO=${HOT_IO:-6G}
-BALLAST=${BALLAST:-400M}
-KEYS=${KEYS:-700000}
+DB_FTL=${DB_FTL:-op=14,ru=32M,handles=4}
+SST=${SST:-4194304}
+BALLAST=${BALLAST:-700M}
+KEYS=${KEYS:-500000}
 VALUE=${VALUE:-1000}
 OVERWRITES=${OVERWRITES:-3}
 W1_IMG=${W1_IMG:-16G}
@@ -176,7 +180,7 @@ fio_run() { # NAME STREAMS(0|1) MODEL(0|1)
 
 # ---- RocksDB ----
 DB_OPTS=(--key_size=16 --value_size="$VALUE" --compression_type=none --threads=1
-	--write_buffer_size=33554432 --target_file_size_base=16777216
+	--write_buffer_size=33554432 --target_file_size_base="$SST"
 	--max_bytes_for_level_base=134217728 --max_background_jobs=2 --histogram=0
 	--statistics=0 --seed=42)
 
@@ -185,7 +189,7 @@ db_run() { # NAME STREAMS(0|1) MODEL(0|1)
 	# committed; compaction needs it back quickly on a full drive.
 	local name=$1 streams=$2 model=$3 c0 opts=discard,commit=1 t0
 	log "rocksdb $name"
-	new_drive "$([ "$model" = 1 ] && echo "$FTL")"
+	new_drive "$([ "$model" = 1 ] && echo "$DB_FTL")"
 	[ "$streams" = 1 ] && opts="$opts,stream_rules=*.log:1;*.sst:2;MANIFEST-*:3"
 	mount_streamfs "$IMG" "$MNT" "$opts" "$BENCH_OUT/$name.log"
 	mkdir -p "$MNT/ballast" "$MNT/db"
@@ -287,11 +291,11 @@ plot() { # TITLE OUT NAME-NOSTREAMS NAME-STREAMS
 	log "wrote $PLOT_DIR/$out"
 }
 plot "fio hot/cold/rolling on a modelled $DRIVE drive ($FTL)" waf-fio.png fio-nostreams fio-streams
-plot "RocksDB db_bench overwrite on a modelled $DRIVE drive ($FTL)" waf-rocksdb.png db-nostreams db-streams
+plot "RocksDB db_bench overwrite on a modelled $DRIVE drive ($DB_FTL)" waf-rocksdb.png db-nostreams db-streams
 
 # ---- summary ----
 {
-	echo "# waf.sh $(date -u +%F) DRIVE=$DRIVE FTL=$FTL HOT=$HOT COLD=$COLD ROLL=${ROLL_FILES}x$ROLL HOT_IO=$HOT_IO BALLAST=$BALLAST KEYS=$KEYS VALUE=$VALUE OVERWRITES=$OVERWRITES"
+	echo "# waf.sh $(date -u +%F) DRIVE=$DRIVE FTL=$FTL DB_FTL=$DB_FTL SST=$SST HOT=$HOT COLD=$COLD ROLL=${ROLL_FILES}x$ROLL HOT_IO=$HOT_IO BALLAST=$BALLAST KEYS=$KEYS VALUE=$VALUE OVERWRITES=$OVERWRITES"
 	for k in $(printf '%s\n' "${!RES[@]}" | sort); do echo "$k ${RES[$k]}"; done
 	for p in fio db; do
 		a=${RES[$p-nostreams.waf]:-} b=${RES[$p-streams.waf]:-}
