@@ -202,8 +202,13 @@ db_run() { # NAME STREAMS(0|1) MODEL(0|1)
 	log "fill done in $((SECONDS - t0)) s: $(cat "$BENCH_OUT/$name.df")"
 	[ "$model" = 1 ] && c0=$(fdp_counters)
 	t0=$SECONDS
+	# Debian's db_bench (7.8.3) is built with assertions; on this setup it
+	# has aborted on one (WritableFileWriter, sync_without_flush_called_)
+	# hundreds of thousands of operations in. The drive's counters still
+	# tell what was written, so the phase is measured up to there.
 	db_bench --benchmarks=overwrite --use_existing_db=1 --num="$KEYS" --writes=$((KEYS * OVERWRITES)) \
-		--db="$MNT/db" "${DB_OPTS[@]}" >"$BENCH_OUT/$name.overwrite.txt" 2>&1
+		--db="$MNT/db" "${DB_OPTS[@]}" >"$BENCH_OUT/$name.overwrite.txt" 2>&1 ||
+		log "db_bench overwrite exited with status $?: $(grep -ao 'finished [0-9]* ops' "$BENCH_OUT/$name.overwrite.txt" | tail -1)"
 	RES[$name.secs]=$((SECONDS - t0))
 	RES[$name.kops]=$(awk '/^overwrite/ { for (i = 1; i <= NF; i++) if ($(i+1) == "ops/sec") { printf "%.1f", $i / 1000; exit } }' "$BENCH_OUT/$name.overwrite.txt")
 	log "overwrite: ${RES[$name.kops]} Kops/s in ${RES[$name.secs]} s"
@@ -275,17 +280,17 @@ plot() { # TITLE OUT NAME-NOSTREAMS NAME-STREAMS
 	windows "$BENCH_OUT/$a.samples" >"$BENCH_OUT/$a.win"
 	windows "$BENCH_OUT/$b.samples" >"$BENCH_OUT/$b.win"
 	gnuplot <<-EOF
-		set terminal pngcairo size 900,500 font "sans,11"
+		set terminal pngcairo size 900,500 font "sans,11" noenhanced
 		set output "$PLOT_DIR/$out"
 		set title "$title"
 		set xlabel "host GiB written (since mkfs)"
 		set ylabel "WAF"
 		set yrange [0.9:*]
 		set grid
-		set key top left
-		plot "$BENCH_OUT/$a.win" using 1:2 with lines lw 2 lc rgb "#c0392b" title "no streams, last 128 MiB", \
+		set key bottom right
+		plot "$BENCH_OUT/$a.win" using 1:2 with lines lw 2 lc rgb "#c0392b" title "no streams, per sample (2 s, >= 128 MiB)", \
 		     "$BENCH_OUT/$a.win" using 1:3 with lines dt 2 lc rgb "#c0392b" title "no streams, cumulative", \
-		     "$BENCH_OUT/$b.win" using 1:2 with lines lw 2 lc rgb "#2471a3" title "streams, last 128 MiB", \
+		     "$BENCH_OUT/$b.win" using 1:2 with lines lw 2 lc rgb "#2471a3" title "streams, per sample (2 s, >= 128 MiB)", \
 		     "$BENCH_OUT/$b.win" using 1:3 with lines dt 2 lc rgb "#2471a3" title "streams, cumulative"
 	EOF
 	log "wrote $PLOT_DIR/$out"
