@@ -33,6 +33,8 @@
 #   OVERWRITES=3 (x KEYS)  SST=4194304 (target_file_size_base: tables much
 #   smaller than a reclaim unit, as on real FDP drives whose units are GBs)
 #   W1_IMG=16G  W1_FTL=op=7,ru=8M,handles=16  RUNTIME=15
+#   DISCARD=discard (nodiscard: deleted data stays valid to the drive until
+#   its blocks are reused, as without online discard)
 #   RUNS="fio rocksdb w1 plain"  PLOTS=docs/img (relative to the checkout)
 source "$(dirname "$0")/lib.sh"
 
@@ -53,6 +55,7 @@ OVERWRITES=${OVERWRITES:-3}
 W1_IMG=${W1_IMG:-16G}
 W1_FTL=${W1_FTL:-op=7,ru=8M,handles=16}
 RUNS=${RUNS:-fio rocksdb w1 plain}
+DISCARD=${DISCARD:-discard}
 PLOTS=${PLOTS:-docs/img}
 
 # The tools this experiment needs beyond lib.sh's, from Debian.
@@ -132,7 +135,7 @@ fio_run() { # NAME STREAMS(0|1) MODEL(0|1)
 	local name=$1 streams=$2 model=$3 c0 roll
 	log "fio $name"
 	new_drive "$([ "$model" = 1 ] && echo "$FTL")"
-	mount_streamfs "$IMG" "$MNT" discard "$BENCH_OUT/$name.log"
+	mount_streamfs "$IMG" "$MNT" "$DISCARD" "$BENCH_OUT/$name.log"
 	mkdir -p "$MNT/hot" "$MNT/cold" "$MNT/roll"
 	if [ "$streams" = 1 ]; then
 		"$STREAMFS_BIN" stream set "$MNT/hot" 1 >/dev/null
@@ -187,7 +190,7 @@ DB_OPTS=(--key_size=16 --value_size="$VALUE" --compression_type=none --threads=1
 db_run() { # NAME STREAMS(0|1) MODEL(0|1)
 	# commit=1: space of deleted tables is reusable once its free is
 	# committed; compaction needs it back quickly on a full drive.
-	local name=$1 streams=$2 model=$3 c0 opts=discard,commit=1 t0
+	local name=$1 streams=$2 model=$3 c0 opts=$DISCARD,commit=1 t0
 	log "rocksdb $name"
 	new_drive "$([ "$model" = 1 ] && echo "$DB_FTL")"
 	[ "$streams" = 1 ] && opts="$opts,stream_rules=*.log:1;*.sst:2;MANIFEST-*:3"
@@ -300,7 +303,7 @@ plot "RocksDB db_bench overwrite on a modelled $DRIVE drive ($DB_FTL)" waf-rocks
 
 # ---- summary ----
 {
-	echo "# waf.sh $(date -u +%F) DRIVE=$DRIVE FTL=$FTL DB_FTL=$DB_FTL SST=$SST HOT=$HOT COLD=$COLD ROLL=${ROLL_FILES}x$ROLL HOT_IO=$HOT_IO BALLAST=$BALLAST KEYS=$KEYS VALUE=$VALUE OVERWRITES=$OVERWRITES"
+	echo "# waf.sh $(date -u +%F) $DISCARD DRIVE=$DRIVE FTL=$FTL DB_FTL=$DB_FTL SST=$SST HOT=$HOT COLD=$COLD ROLL=${ROLL_FILES}x$ROLL HOT_IO=$HOT_IO BALLAST=$BALLAST KEYS=$KEYS VALUE=$VALUE OVERWRITES=$OVERWRITES"
 	for k in $(printf '%s\n' "${!RES[@]}" | sort); do echo "$k ${RES[$k]}"; done
 	for p in fio db; do
 		a=${RES[$p-nostreams.waf]:-} b=${RES[$p-streams.waf]:-}
