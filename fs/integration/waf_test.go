@@ -166,3 +166,23 @@ func TestStreamRulesRejected(t *testing.T) {
 		}
 	}
 }
+
+// A geometry the drive cannot hold is refused by mkfs in one line.
+func TestFTLBadGeometry(t *testing.T) {
+	requireEnv(t)
+	img := t.TempDir() + "/img"
+	for spec, want := range map[string]string{
+		"op=7,ru=8M,handles=8": "spare reclaim units",
+		"op=0":                 "want a percentage",
+		"gc=lru":               "want greedy or cb",
+	} {
+		_, stderr, err := tryCmdSplit(streamfsBin, "mkfs", "--size", "64M", "--ftl", spec, img)
+		if err == nil {
+			t.Errorf("--ftl %s: accepted", spec)
+			continue
+		}
+		if lines := strings.Count(strings.TrimSpace(stderr), "\n") + 1; !strings.Contains(stderr, want) || lines != 1 {
+			t.Errorf("--ftl %s: stderr %q, want one line with %q", spec, stderr, want)
+		}
+	}
+}
