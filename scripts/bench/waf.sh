@@ -298,8 +298,8 @@ plot() { # TITLE OUT NAME-NOSTREAMS NAME-STREAMS
 	EOF
 	log "wrote $PLOT_DIR/$out"
 }
-plot "fio hot/cold/rolling on a modelled $DRIVE drive ($FTL)" waf-fio.png fio-nostreams fio-streams
-plot "RocksDB db_bench overwrite on a modelled $DRIVE drive ($DB_FTL)" waf-rocksdb.png db-nostreams db-streams
+plot "fio hot/cold/rolling on a modelled $DRIVE drive ($FTL, $DISCARD)" waf-fio.png fio-nostreams fio-streams
+plot "RocksDB db_bench overwrite on a modelled $DRIVE drive ($DB_FTL, $DISCARD)" waf-rocksdb.png db-nostreams db-streams
 
 # ---- summary ----
 {
