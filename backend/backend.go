@@ -29,7 +29,7 @@ type Device interface {
 	SectorSize() int
 	// MaxStreams is the number of hardware write streams (0 = none).
 	MaxStreams() uint32
-	// Kind names the implementation: "file", "block" or "nvme".
+	// Kind names the implementation: "file", "block", "nvme" or "ftl".
 	Kind() string
 	// Close releases the device and its exclusive lock.
 	Close() error

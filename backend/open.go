@@ -19,8 +19,9 @@ import (
 type OpenOptions struct {
 	// ReadOnly opens the device without write access.
 	ReadOnly bool
-	// Kind forces an implementation: "file", "block" or "nvme"; "" picks one
-	// from the path's type.
+	// Kind forces an implementation: "file", "block", "nvme" or "ftl"; ""
+	// picks one from the path's type (an image with an FTL model label
+	// opens as "ftl").
 	Kind string
 	// Warn, if set, hears why an automatic choice fell back (an NVMe
 	// namespace whose FDP setup cannot be used).
@@ -31,6 +32,26 @@ type OpenOptions struct {
 // it from its init, so the core package does not depend on it; nil means the
 // NVMe backend is not linked in.
 var NVMeOpener func(path string, ro bool) (Device, error)
+
+// ModelOpener opens an image file that carries an FDP SSD model (label in
+// its last block); ok false means the file has none. backend/ftl sets it
+// from its init, like NVMeOpener.
+var ModelOpener func(path string, ro bool, warn func(string)) (d Device, ok bool, err error)
+
+// openImage opens a regular file: as a modelled drive when it carries a
+// model label, else as a plain File (or an error, with kind "ftl").
+func openImage(path string, opts OpenOptions) (Device, error) {
+	if ModelOpener != nil {
+		d, ok, err := ModelOpener(path, opts.ReadOnly, opts.Warn)
+		if ok || err != nil {
+			return d, err
+		}
+	}
+	if opts.Kind == "ftl" {
+		return nil, fmt.Errorf("device %s: no ftl model in this image (streamfs mkfs --ftl makes one)", path)
+	}
+	return wrapOpen(OpenFile(path, opts.ReadOnly))
+}
 
 var (
 	nvmeBlockName = regexp.MustCompile(`^nvme[0-9]+n[0-9]+$`)
@@ -61,11 +82,13 @@ func Open(path string, opts OpenOptions) (Device, error) {
 
 	switch opts.Kind {
 	case "":
-	case "file":
+	case "file", "ftl":
 		if !mode.IsRegular() {
-			return nil, fmt.Errorf("device %s: kind file needs a regular file, found %s", path, describeMode(mode))
+			return nil, fmt.Errorf("device %s: kind %s needs a regular file, found %s", path, opts.Kind, describeMode(mode))
 		}
-		return wrapOpen(OpenFile(path, opts.ReadOnly))
+		// A modelled image opens as one even with kind file: as a plain
+		// file its state slots would show up as filesystem space.
+		return openImage(path, opts)
 	case "block":
 		if !isBlock {
 			return nil, fmt.Errorf("device %s: kind block needs a block device, found %s", path, describeMode(mode))
@@ -77,12 +100,12 @@ func Open(path string, opts OpenOptions) (Device, error) {
 		}
 		return NVMeOpener(path, opts.ReadOnly)
 	default:
-		return nil, fmt.Errorf("device %s: unknown device kind %q (want file, block or nvme)", path, opts.Kind)
+		return nil, fmt.Errorf("device %s: unknown device kind %q (want file, block, nvme or ftl)", path, opts.Kind)
 	}
 
 	switch {
 	case mode.IsRegular():
-		return wrapOpen(OpenFile(path, opts.ReadOnly))
+		return openImage(path, opts)
 	case isBlock:
 		if NVMeOpener != nil && nvmeBlockName.MatchString(base) {
 			d, err := NVMeOpener(path, opts.ReadOnly)

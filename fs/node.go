@@ -16,6 +16,7 @@ import (
 
 	"github.com/streamfs/streamfs/fs/format"
 	"github.com/streamfs/streamfs/fs/meta"
+	"github.com/streamfs/streamfs/fs/rules"
 )
 
 // FS is the state every node shares.
@@ -26,6 +27,8 @@ type FS struct {
 	PlacementCache bool
 	// Atime is the mount's access-time policy (relatime by default).
 	Atime AtimeMode
+	// Rules give new regular files a stream by name (nil: none).
+	Rules *rules.Set
 }
 
 // Node is one file, directory or symlink.
@@ -265,7 +268,11 @@ func (n *Node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 
 // Mknod implements gofs.NodeMknoder.
 func (n *Node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	ch, _, e := n.create(ctx, name, meta.NewInode{Mode: mode, Rdev: dev}, out)
+	ni := meta.NewInode{Mode: mode, Rdev: dev}
+	if mode&syscall.S_IFMT == syscall.S_IFREG {
+		ni.RuleStream = n.fs.Rules.Match(name)
+	}
+	ch, _, e := n.create(ctx, name, ni, out)
 	return ch, e
 }
 
@@ -286,7 +293,7 @@ func (n *Node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 
 // Create implements gofs.NodeCreater.
 func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
-	ch, in, e := n.create(ctx, name, meta.NewInode{Mode: syscall.S_IFREG | mode&0o7777}, out)
+	ch, in, e := n.create(ctx, name, meta.NewInode{Mode: syscall.S_IFREG | mode&0o7777, RuleStream: n.fs.Rules.Match(name)}, out)
 	if e != 0 {
 		return nil, nil, 0, e
 	}

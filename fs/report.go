@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/streamfs/streamfs/alloc"
+	"github.com/streamfs/streamfs/backend/ftl"
 	"github.com/streamfs/streamfs/backend/nvme"
 	"github.com/streamfs/streamfs/fs/format"
 	"github.com/streamfs/streamfs/fs/meta"
@@ -16,6 +17,8 @@ type InfoDoc struct {
 	format.Info
 	Backend string        `json:"backend,omitempty"`
 	FDP     *nvme.FDPInfo `json:"fdp,omitempty"`
+	// Model is the geometry of a modelled FDP SSD (backend ftl).
+	Model *ftl.Label `json:"ftl,omitempty"`
 }
 
 // fdpDevice is what the NVMe backend offers beyond backend.Device.
@@ -29,6 +32,10 @@ func infoDoc(st *meta.Store) ([]byte, error) {
 	if d, ok := st.Device().(fdpDevice); ok {
 		i := d.FDPInfo()
 		doc.FDP = &i
+	}
+	if d, ok := st.Device().(*ftl.Device); ok {
+		l := d.Label()
+		doc.Model = &l
 	}
 	return json.Marshal(doc)
 }
@@ -47,6 +54,23 @@ type BmapExtent struct {
 type BmapDoc struct {
 	BlockSize uint32       `json:"block_size"`
 	Extents   []BmapExtent `json:"extents"`
+	// Stream is the file's stream and StreamSource where it came from:
+	// "none", "set" (ioctl), "directory" or "rule".
+	Stream       uint32 `json:"stream"`
+	StreamSource string `json:"stream_source"`
+}
+
+// StreamSourceName names a format.StreamSrc value.
+func StreamSourceName(src uint8) string {
+	switch src {
+	case format.StreamSrcSet:
+		return "set"
+	case format.StreamSrcDir:
+		return "directory"
+	case format.StreamSrcRule:
+		return "rule"
+	}
+	return "none"
 }
 
 // StreamStats describes one stream id in `streamfs stats`.
@@ -55,6 +79,10 @@ type StreamStats struct {
 	Files        uint64 `json:"files"`
 	BytesWritten uint64 `json:"bytes_written"`
 	Blocks       uint64 `json:"blocks_allocated"`
+	// Files by where their stream came from.
+	FromSet  uint64 `json:"files_stream_set"`
+	FromDir  uint64 `json:"files_stream_directory"`
+	FromRule uint64 `json:"files_stream_rule"`
 }
 
 // StatsDoc is the `streamfs stats --json` document.
@@ -76,7 +104,8 @@ type StatsDoc struct {
 func bmapDoc(st *meta.Store, in *meta.Inode) ([]byte, error) {
 	bs := uint64(st.Super().BlockSize)
 	agBlocks := st.Super().AGBlocks
-	doc := BmapDoc{BlockSize: uint32(bs), Extents: []BmapExtent{}}
+	a := in.Attr()
+	doc := BmapDoc{BlockSize: uint32(bs), Extents: []BmapExtent{}, Stream: a.Stream, StreamSource: StreamSourceName(a.StreamSrc)}
 	exts, err := st.Extents(in)
 	if err != nil {
 		return nil, err
@@ -99,7 +128,7 @@ func statsDoc(f *FS) ([]byte, error) {
 		CacheHits: as.CacheHits, CacheMisses: as.CacheMisses, AGs: as.AGs,
 		Counters: st.Counters(),
 	}
-	files := st.StreamFiles()
+	files, bySrc := st.StreamFileSources()
 	bytes := st.StreamBytes()
 	ids := map[uint32]bool{}
 	for k := range files {
@@ -112,7 +141,9 @@ func statsDoc(f *FS) ([]byte, error) {
 		ids[k] = true
 	}
 	for id := range ids {
-		doc.Streams = append(doc.Streams, StreamStats{Stream: id, Files: files[id], BytesWritten: bytes[id], Blocks: as.StreamBlocks[id]})
+		src := bySrc[id]
+		doc.Streams = append(doc.Streams, StreamStats{Stream: id, Files: files[id], BytesWritten: bytes[id], Blocks: as.StreamBlocks[id],
+			FromSet: src[format.StreamSrcSet], FromDir: src[format.StreamSrcDir], FromRule: src[format.StreamSrcRule]})
 	}
 	sort.Slice(doc.Streams, func(i, j int) bool { return doc.Streams[i].Stream < doc.Streams[j].Stream })
 	if d, ok := st.Device().(fdpDevice); ok {

@@ -34,6 +34,12 @@ type HandleStats struct {
 	// AvailableBytes is RUAMW in bytes: what the handle's current reclaim
 	// unit can still take before the device moves it to a new one.
 	AvailableBytes uint64 `json:"available_bytes"`
+	// HostBytes, MediaBytes and WAF count this handle's writes where the
+	// device keeps them per handle (the ftl model; an NVMe drive's FDP
+	// statistics are per endurance group only).
+	HostBytes  uint64  `json:"host_bytes_written,omitempty"`
+	MediaBytes uint64  `json:"media_bytes_written,omitempty"`
+	WAF        float64 `json:"waf,omitempty"`
 }
 
 // FDPStats is a snapshot of per-handle usage and the endurance group's

@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/streamfs/streamfs/backend"
+	"github.com/streamfs/streamfs/backend/ftl"
 	"github.com/streamfs/streamfs/backend/nvme"
 	sfs "github.com/streamfs/streamfs/fs"
 	"github.com/streamfs/streamfs/fs/meta"
@@ -68,6 +69,10 @@ func readInfo(path string) (sfs.InfoDoc, error) {
 		fmt.Fprintf(os.Stderr, "streamfs info: %s: primary superblock is corrupt; showing the backup copy\n", path)
 	}
 	info.Info = sb.Info()
+	if l, ok, err := ftl.ReadLabel(path); err == nil && ok {
+		info.Model = &l
+		info.Backend = "ftl"
+	}
 	// An NVMe namespace that is not mounted can show its FDP setup too.
 	if d, err := nvme.Open(path, true); err == nil {
 		fi := d.FDPInfo()
@@ -92,6 +97,10 @@ func printInfo(w io.Writer, path string, d sfs.InfoDoc) {
 	if f := d.FDP; f != nil {
 		fmt.Fprintf(w, "fdp      =enabled=%v config=%d reclaim_groups=%d handles=%d ru_size=%d placement_ids=%v\n",
 			f.Enabled, f.ConfigIndex, f.ReclaimGroups, f.ReclaimUnitHandles, f.ReclaimUnitSize, f.PlacementIDs)
+	}
+	if m := d.Model; m != nil {
+		fmt.Fprintf(w, "ftl      =model %-17s %s logical=%d MiB physical=%d MiB reclaim_units=%d\n",
+			"", m.Geometry, m.Logical>>20, m.Physical>>20, m.Units)
 	}
 }
 

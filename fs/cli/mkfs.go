@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/streamfs/streamfs/backend"
+	"github.com/streamfs/streamfs/backend/ftl"
 	sfs "github.com/streamfs/streamfs/fs"
 	"github.com/streamfs/streamfs/fs/format"
 	"github.com/streamfs/streamfs/fs/meta"
@@ -23,16 +24,24 @@ func Mkfs(args []string, stdout, stderr io.Writer) (code int) {
 	label := f.String("L", "", "filesystem label")
 	force := f.Bool("f", false, "overwrite an existing filesystem")
 	f.BoolVar(force, "force", false, "overwrite an existing filesystem")
-	kind := f.String("backend", "", "force a backend: file, block or nvme")
+	kind := f.String("backend", "", "force a backend: file, block, nvme or ftl")
+	ftlSpec := f.String("ftl", "", "model an FDP SSD in the image: op=7,ru=8M,handles=8[,gc=greedy|cb][,isolation=initial|persistent]")
 	pos, err := parseFlags(f, args)
 	if err != nil {
 		return exitUsage
 	}
 	if len(pos) != 1 {
-		fmt.Fprintln(stderr, "usage: streamfs mkfs [--size SIZE] [--ag-count N] [--block-size 4096] [-L LABEL] [-f|--force] PATH")
+		fmt.Fprintln(stderr, "usage: streamfs mkfs [--size SIZE] [--ag-count N] [--block-size 4096] [-L LABEL] [-f|--force] [--ftl GEOMETRY] PATH")
 		return exitUsage
 	}
 	path := pos[0]
+	var geom ftl.Geometry
+	if *ftlSpec != "" {
+		if geom, err = ftl.ParseGeometry(*ftlSpec); err != nil {
+			fmt.Fprintf(stderr, "streamfs mkfs: --ftl: %v\n", err)
+			return exitUsage
+		}
+	}
 	var sizeBytes int64
 	if *size != "" {
 		if sizeBytes, err = ParseSize(*size); err != nil {
@@ -76,6 +85,9 @@ func Mkfs(args []string, stdout, stderr io.Writer) (code int) {
 	default:
 		return fail(stderr, "mkfs", fmt.Errorf("%s is neither an image file nor a block device", path))
 	}
+	if *ftlSpec != "" && (st == nil || !st.Mode().IsRegular()) && !errors.Is(err, fs.ErrNotExist) {
+		return fail(stderr, "mkfs", fmt.Errorf("--ftl needs an image file: the model's state lives in the image"))
+	}
 	dev, err := openWaiting(path, backend.OpenOptions{Kind: *kind, Warn: warnTo(stderr, "mkfs")}, stderr, "mkfs")
 	if err != nil {
 		return fail(stderr, "mkfs", err)
@@ -101,10 +113,32 @@ func Mkfs(args []string, stdout, stderr io.Writer) (code int) {
 			return fail(stderr, "mkfs", err)
 		}
 	}
+	// The model (or its absence) is decided here: --ftl carves its state
+	// from the end of the image; without it an old model is removed so
+	// that the whole image is the filesystem's again.
+	if _, modelled := dev.(*ftl.Device); *ftlSpec != "" || modelled {
+		dev.Close()
+		if *ftlSpec != "" {
+			_, err = ftl.Format(path, geom)
+		} else {
+			err = ftl.Unformat(path)
+		}
+		if err != nil {
+			return fail(stderr, "mkfs", err)
+		}
+		if dev, err = backend.Open(path, backend.OpenOptions{Kind: *kind, Warn: warnTo(stderr, "mkfs")}); err != nil {
+			return fail(stderr, "mkfs", err)
+		}
+	}
 	sb, err := meta.Mkfs(dev, format.MkfsParams{BlockSize: uint32(*blockSize), AGCount: uint32(*agCount), Label: *label})
 	if err != nil {
 		return fail(stderr, "mkfs", err)
 	}
-	printInfo(stdout, path, sfs.InfoDoc{Info: sb.Info(), Backend: dev.Kind()})
+	doc := sfs.InfoDoc{Info: sb.Info(), Backend: dev.Kind()}
+	if d, ok := dev.(*ftl.Device); ok {
+		l := d.Label()
+		doc.Model = &l
+	}
+	printInfo(stdout, path, doc)
 	return exitOK
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/streamfs/streamfs/backend"
 	sfs "github.com/streamfs/streamfs/fs"
 	"github.com/streamfs/streamfs/fs/meta"
+	"github.com/streamfs/streamfs/fs/rules"
 	"github.com/streamfs/streamfs/ioctl"
 )
 
@@ -38,6 +39,7 @@ type mountOpts struct {
 	atime                          sfs.AtimeMode
 	noRecovery                     bool
 	remount                        bool
+	rules                          *rules.Set // stream_rules, then stream_rules_file
 }
 
 // genericOpts are mount(8) options that mean nothing to streamfs; the mount
@@ -52,6 +54,7 @@ var genericOpts = map[string]bool{
 
 func parseMountOpts(list []string) (mountOpts, error) {
 	o := mountOpts{placement: alloc.PolicyStreams, cache: true, commit: 5 * time.Second}
+	var optRules, fileRules *rules.Set
 	for _, group := range list {
 		for _, opt := range strings.Split(group, ",") {
 			if opt == "" {
@@ -112,8 +115,8 @@ func parseMountOpts(list []string) (mountOpts, error) {
 					return o, fmt.Errorf("-o placement_cache=%s: want on or off", v)
 				}
 			case k == "backend" && hasV:
-				if v != "file" && v != "block" && v != "nvme" {
-					return o, fmt.Errorf("-o backend=%s: want file, block or nvme", v)
+				if v != "file" && v != "block" && v != "nvme" && v != "ftl" {
+					return o, fmt.Errorf("-o backend=%s: want file, block, nvme or ftl", v)
 				}
 				o.backend = v
 			case k == "errors" && hasV:
@@ -130,6 +133,19 @@ func parseMountOpts(list []string) (mountOpts, error) {
 				o.cacheBytes = n
 			case k == "log" && hasV:
 				o.logFile = v
+			case k == "stream_rules" && hasV:
+				// PATTERN:ID;PATTERN:ID - ';' because mount(8) splits at ','.
+				set, err := rules.Parse(v, "-o stream_rules")
+				if err != nil {
+					return o, err
+				}
+				optRules = optRules.Append(set)
+			case k == "stream_rules_file" && hasV:
+				set, err := rules.ParseFile(v)
+				if err != nil {
+					return o, fmt.Errorf("-o stream_rules_file: %w", err)
+				}
+				fileRules = fileRules.Append(set)
 			case k == "commit" && hasV:
 				n, err := strconv.Atoi(v)
 				if err != nil || n < 1 || n > 3600 {
@@ -143,6 +159,7 @@ func parseMountOpts(list []string) (mountOpts, error) {
 			}
 		}
 	}
+	o.rules = optRules.Append(fileRules)
 	return o, nil
 }
 
@@ -317,6 +334,10 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
+	if err := o.rules.Check(store.Allocator().MaxStreams()); err != nil {
+		_ = store.Close()
+		return fmt.Errorf("-o stream_rules: %w", err)
+	}
 	src := path
 	if abs, aerr := absPath(path); aerr == nil {
 		src = abs
@@ -326,7 +347,7 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sig)
-	srv, err := sfs.Mount(&sfs.FS{Store: store, Log: log}, mnt, sfs.MountOptions{
+	srv, err := sfs.Mount(&sfs.FS{Store: store, Log: log, Rules: o.rules}, mnt, sfs.MountOptions{
 		Source: src, ReadOnly: o.ro, AllowOther: o.allowOther, Debug: o.debug, PlacementCache: o.cache,
 		NoSuid: o.noSuid, NoDev: o.noDev, NoExec: o.noExec, Atime: o.atime,
 	})

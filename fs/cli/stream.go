@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	sfs "github.com/streamfs/streamfs/fs"
 	"github.com/streamfs/streamfs/ioctl"
 )
 
@@ -91,6 +93,14 @@ func Stream(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "Max streams supported: %d\n", value)
 	case ioctl.OpGet:
 		fmt.Fprintf(stdout, "Current stream ID: %d\n", value)
+		// Beyond the seed's output: where a regular file's stream came
+		// from. Other files (and non-streamfs mounts) just skip the line.
+		if doc, err := queryFile(req.path, ioctl.QueryBmap); err == nil {
+			var b sfs.BmapDoc
+			if json.Unmarshal(doc, &b) == nil && b.StreamSource != "" {
+				fmt.Fprintf(stdout, "Stream source: %s\n", b.StreamSource)
+			}
+		}
 	case ioctl.OpSet:
 		fmt.Fprintf(stdout, "Set stream ID to: %d\n", value)
 	}

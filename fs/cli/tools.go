@@ -7,6 +7,9 @@ import (
 	"io"
 	"os"
 	"syscall"
+	"time"
+
+	"github.com/streamfs/streamfs/backend/nvme"
 
 	sfs "github.com/streamfs/streamfs/fs"
 	"github.com/streamfs/streamfs/ioctl"
@@ -75,17 +78,25 @@ func Bmap(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// Stats implements `streamfs stats [--json] MOUNTPOINT`.
+// Stats implements `streamfs stats [--json] [--interval SECONDS [--count N]]
+// MOUNTPOINT`. With --interval it prints, every interval, the write
+// amplification of the interval just past (drive and per handle) next to
+// the cumulative one, so a run can be watched while it goes.
 func Stats(args []string, stdout, stderr io.Writer) int {
 	f := newFlags("stats", stderr)
 	asJSON := f.Bool("json", false, "print JSON")
+	interval := f.Float64("interval", 0, "print the WAF of each interval of this many seconds")
+	count := f.Int("count", 0, "with --interval: stop after this many intervals (0: until interrupted)")
 	pos, err := parseFlags(f, args)
 	if err != nil {
 		return exitUsage
 	}
-	if len(pos) != 1 {
-		fmt.Fprintln(stderr, "usage: streamfs stats [--json] MOUNTPOINT")
+	if len(pos) != 1 || *interval < 0 || (*interval > 0 && *asJSON) {
+		fmt.Fprintln(stderr, "usage: streamfs stats [--json | --interval SECONDS [--count N]] MOUNTPOINT")
 		return exitUsage
+	}
+	if *interval > 0 {
+		return watchStats(pos[0], time.Duration(*interval*float64(time.Second)), *count, stdout, stderr)
 	}
 	doc, err := queryFile(pos[0], ioctl.QueryStats)
 	if err != nil {
@@ -108,18 +119,16 @@ func Stats(args []string, stdout, stderr io.Writer) int {
 	for _, a := range s.AGs {
 		fmt.Fprintf(stdout, "%4d %12d %12d %10d %10d\n", a.Index, a.Size, a.Free, a.Allocs, a.LockWaits)
 	}
-	fmt.Fprintf(stdout, "%6s %10s %14s %12s\n", "STREAM", "FILES", "BYTES", "BLOCKS")
-	for _, st := range s.Streams {
-		fmt.Fprintf(stdout, "%6d %10d %14d %12d\n", st.Stream, st.Files, st.BytesWritten, st.Blocks)
-	}
+	printStreams(stdout, s.Streams)
 	if s.FDPError != "" {
 		fmt.Fprintf(stdout, "fdp: %s\n", s.FDPError)
 	}
 	if f := s.FDP; f != nil {
-		fmt.Fprintf(stdout, "fdp: host_bytes_written=%d media_bytes_written=%d waf=%.3f\n", f.HostBytesWritten, f.MediaBytesWritten, f.WAF)
-		fmt.Fprintf(stdout, "%6s %6s %6s %16s\n", "PID", "RUHID", "STREAM", "AVAILABLE-BYTES")
+		fmt.Fprintf(stdout, "fdp: host_bytes_written=%d media_bytes_written=%d media_bytes_erased=%d waf=%.3f\n",
+			f.HostBytesWritten, f.MediaBytesWritten, f.MediaBytesErased, f.WAF)
+		fmt.Fprintf(stdout, "%6s %6s %6s %16s %16s %16s %7s\n", "PID", "RUHID", "STREAM", "AVAILABLE-BYTES", "HOST-BYTES", "MEDIA-BYTES", "WAF")
 		for _, h := range f.Handles {
-			fmt.Fprintf(stdout, "%6d %6d %6d %16d\n", h.PID, h.RUHID, h.Stream, h.AvailableBytes)
+			fmt.Fprintf(stdout, "%6d %6d %6d %16d %16d %16d %7.3f\n", h.PID, h.RUHID, h.Stream, h.AvailableBytes, h.HostBytes, h.MediaBytes, h.WAF)
 		}
 	}
 	return exitOK
@@ -131,4 +140,67 @@ func onOff(b bool) string {
 		return "on"
 	}
 	return "off"
+
+}
+
+// printStreams prints the per-stream table, with where files' streams
+// came from when the daemon reports it.
+func printStreams(w io.Writer, streams []sfs.StreamStats) {
+	fmt.Fprintf(w, "%6s %10s %14s %12s  %s\n", "STREAM", "FILES", "BYTES", "BLOCKS", "SOURCES (set/dir/rule)")
+	for _, st := range streams {
+		fmt.Fprintf(w, "%6d %10d %14d %12d  %d/%d/%d\n", st.Stream, st.Files, st.BytesWritten, st.Blocks,
+			st.FromSet, st.FromDir, st.FromRule)
+	}
+}
+
+// watchStats polls the stats document and prints interval deltas.
+func watchStats(mnt string, every time.Duration, count int, stdout, stderr io.Writer) int {
+	read := func() (*nvme.FDPStats, error) {
+		doc, err := queryFile(mnt, ioctl.QueryStats)
+		if err != nil {
+			return nil, err
+		}
+		var s sfs.StatsDoc
+		if err := json.Unmarshal(doc, &s); err != nil {
+			return nil, err
+		}
+		if s.FDP == nil {
+			msg := "the device keeps no write counters (backend " + s.Backend + ")"
+			if s.FDPError != "" {
+				msg = s.FDPError
+			}
+			return nil, fmt.Errorf("%s: %s", mnt, msg)
+		}
+		return s.FDP, nil
+	}
+	prev, err := read()
+	if err != nil {
+		return fail(stderr, "stats", err)
+	}
+	fmt.Fprintf(stdout, "%8s %14s %8s %8s  %s\n", "TIME", "HOST-BYTES", "WAF", "WAF-ALL", "HANDLE WAF (interval)")
+	for i := 0; count == 0 || i < count; i++ {
+		time.Sleep(every)
+		cur, err := read()
+		if err != nil {
+			return fail(stderr, "stats", err)
+		}
+		line := fmt.Sprintf("%8s %14d %8s %8.3f ", time.Now().Format("15:04:05"), cur.HostBytesWritten-prev.HostBytesWritten,
+			intervalWAF(prev.HostBytesWritten, cur.HostBytesWritten, prev.MediaBytesWritten, cur.MediaBytesWritten), cur.WAF)
+		for j, h := range cur.Handles {
+			if j < len(prev.Handles) && h.HostBytes > prev.Handles[j].HostBytes {
+				line += fmt.Sprintf(" h%d=%s", j+1, intervalWAF(prev.Handles[j].HostBytes, h.HostBytes, prev.Handles[j].MediaBytes, h.MediaBytes))
+			}
+		}
+		fmt.Fprintln(stdout, line)
+		prev = cur
+	}
+	return exitOK
+}
+
+// intervalWAF formats (media1-media0)/(host1-host0), "-" without host writes.
+func intervalWAF(host0, host1, media0, media1 uint64) string {
+	if host1 <= host0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.3f", float64(media1-media0)/float64(host1-host0))
 }

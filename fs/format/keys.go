@@ -23,7 +23,7 @@ import (
 //
 //	00 01                         AG header        → AGHeader (below)
 //	00 02 ino:8                   orphan           → empty (nlink 0, still open)
-//	00 03 stream:4                files per stream → count:8 (inodes of this AG)
+//	00 03 stream:4 src:1          inodes per stream and stream source → count:8
 //	01 ino:8 01                   inode            → RecInode body without the target
 //	01 ino:8 02 chunk:1           symlink target   → up to ChunkBytes bytes
 //	01 ino:8 03 name 00 chunk:1   xattr value      → up to ChunkBytes bytes
@@ -69,8 +69,10 @@ func AGHeaderKey() []byte { return []byte{KeyAG, kindAGHeader} }
 // OrphanKey is the key marking ino as an orphan.
 func OrphanKey(ino uint64) []byte { return be.AppendUint64([]byte{KeyAG, kindOrphan}, ino) }
 
-// StreamCountKey is the key of the file count of stream id.
-func StreamCountKey(id uint32) []byte { return be.AppendUint32([]byte{KeyAG, kindStream}, id) }
+// StreamCountKey is the key of the inode count of stream id and source src.
+func StreamCountKey(id uint32, src uint8) []byte {
+	return append(be.AppendUint32([]byte{KeyAG, kindStream}, id), src)
+}
 
 // StreamCountPrefix starts the stream counts.
 func StreamCountPrefix() []byte { return []byte{KeyAG, kindStream} }

@@ -61,6 +61,14 @@ const (
 	MaxXattrValue = 65536
 )
 
+// Where an inode's write stream came from (InodeRec.StreamSrc).
+const (
+	StreamSrcNone uint8 = 0 // no stream
+	StreamSrcSet  uint8 = 1 // set by FS_IOC_WRITE_STREAM
+	StreamSrcDir  uint8 = 2 // inherited from the parent directory at create
+	StreamSrcRule uint8 = 3 // from a stream rule matching the name at create
+)
+
 // InodeRec is the attribute part of an inode.
 type InodeRec struct {
 	Ino, Size, Parent          uint64
@@ -71,14 +79,6 @@ type InodeRec struct {
 	StreamSrc                  uint8  // where Stream came from (StreamSrc*)
 	Target                     string
 }
-
-// Where an inode's stream id came from.
-const (
-	StreamSrcNone = 0 // no stream
-	StreamSrcSet  = 1 // FS_IOC_WRITE_STREAM SET
-	StreamSrcDir  = 2 // inherited from the parent directory
-	StreamSrcRule = 3 // a stream rule matched the name at create
-)
 
 // Record is one decoded record; Type says which fields are meaningful.
 type Record struct {
@@ -326,6 +326,9 @@ func decodeRecord(t uint8, body []byte) (*Record, error) {
 		in.Blocks = d.u64()
 		in.StreamSrc = d.u8()
 		in.Target = d.str(MaxTargetLen)
+		if d.err == nil && in.StreamSrc > StreamSrcRule {
+			d.err = fmt.Errorf("inode stream source %d: %w", in.StreamSrc, ErrCorrupt)
+		}
 		r.Ino = in.Ino
 		if d.err == nil && in.Size > 1<<62 {
 			d.err = fmt.Errorf("inode size %d: %w", in.Size, ErrCorrupt)

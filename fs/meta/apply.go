@@ -117,7 +117,7 @@ func (s *Store) applyInode(a *format.InodeRec) error {
 		return treeErr(err)
 	}
 	if !existed {
-		s.ags[ag].add(a.Stream, 1)
+		s.ags[ag].add(a.Stream, a.StreamSrc, 1)
 		if a.Target != "" {
 			if err := treeErr(t.Update(func(tx *tree.Tx) error {
 				return putChunks(tx, []byte(a.Target), func(i int) []byte { return format.TargetKey(ino, i) })
@@ -125,8 +125,8 @@ func (s *Store) applyInode(a *format.InodeRec) error {
 				return err
 			}
 		}
-	} else if prev.Stream != a.Stream {
-		s.ags[ag].moveStream(prev.Stream, a.Stream)
+	} else {
+		s.ags[ag].moveStream(streamKey{prev.Stream, prev.StreamSrc}, streamKey{a.Stream, a.StreamSrc})
 	}
 	orphan := a.Nlink == 0 && ino != RootIno
 	if orphan && (!existed || prev.Nlink != 0) {
@@ -147,6 +147,7 @@ func (s *Store) applyFree(ino uint64, freed *[]alloc.Extent) error {
 	t := s.treeFor(ino)
 	var exts []Extent
 	var stream uint32
+	var src uint8
 	found := false
 	err := t.Update(func(tx *tree.Tx) error {
 		var keys [][]byte
@@ -163,7 +164,7 @@ func (s *Store) applyFree(ino uint64, freed *[]alloc.Extent) error {
 					derr = err
 					return false
 				}
-				stream, found = a.Stream, true
+				stream, src, found = a.Stream, a.StreamSrc, true
 			case format.KindExtent:
 				e, err := decodeExtent(k, v)
 				if err != nil {
@@ -193,7 +194,7 @@ func (s *Store) applyFree(ino uint64, freed *[]alloc.Extent) error {
 		return treeErr(err)
 	}
 	if found {
-		s.ags[alloc.InoAG(ino)].add(stream, -1)
+		s.ags[alloc.InoAG(ino)].add(stream, src, -1)
 	}
 	s.itab.del(ino)
 	for _, e := range exts {

@@ -157,8 +157,9 @@ type NewInode struct {
 	UID, GID uint32
 	Rdev     uint32
 	Target   string // symlinks
-	// RuleStream is the stream a name rule chose (0: none); it beats the
-	// directory's stream.
+	// RuleStream is the stream a stream rule gives the name (0: no rule
+	// matched). It wins over the directory's stream; an explicit SET later
+	// wins over both.
 	RuleStream uint32
 }
 
@@ -202,7 +203,7 @@ func (s *Store) newIno(parent *Inode, isDir bool) (uint64, error) {
 }
 
 // Create makes a file, directory, symlink or device node in dir. The new
-// inode inherits the directory's stream.
+// inode takes n.RuleStream if a rule matched, else the directory's stream.
 func (s *Store) Create(dir *Inode, name string, n NewInode) (*Inode, error) {
 	if err := s.writable(); err != nil {
 		return nil, err

@@ -243,35 +243,41 @@ func (s *Store) foldNodeSpace() ([]uint64, error) {
 type agState struct {
 	mu      sync.Mutex // leaf
 	inodes  int64
-	streams map[uint32]int64
+	streams map[streamKey]int64 // inodes with a stream, by stream and source
 	dirty   bool
 }
 
-func (a *agState) add(stream uint32, d int64) {
+// streamKey is a stream id and where an inode's stream came from.
+type streamKey struct {
+	id  uint32
+	src uint8
+}
+
+func (a *agState) add(stream uint32, src uint8, d int64) {
 	a.mu.Lock()
 	a.inodes += d
 	if stream != 0 {
 		if a.streams == nil {
-			a.streams = map[uint32]int64{}
+			a.streams = map[streamKey]int64{}
 		}
-		a.streams[stream] += d
+		a.streams[streamKey{stream, src}] += d
 	}
 	a.dirty = true
 	a.mu.Unlock()
 }
 
-func (a *agState) moveStream(from, to uint32) {
+func (a *agState) moveStream(from, to streamKey) {
 	if from == to {
 		return
 	}
 	a.mu.Lock()
 	if a.streams == nil {
-		a.streams = map[uint32]int64{}
+		a.streams = map[streamKey]int64{}
 	}
-	if from != 0 {
+	if from.id != 0 {
 		a.streams[from]--
 	}
-	if to != 0 {
+	if to.id != 0 {
 		a.streams[to]++
 	}
 	a.dirty = true
@@ -297,13 +303,13 @@ func (s *Store) loadAGs() error {
 		st := &s.ags[ag]
 		st.inodes = int64(h.Inodes)
 		err = t.Ascend(format.StreamCountPrefix(), func(k, v []byte) bool {
-			if !bytes.HasPrefix(k, format.StreamCountPrefix()) || len(k) != 6 || len(v) != 8 {
+			if !bytes.HasPrefix(k, format.StreamCountPrefix()) || len(k) != 7 || len(v) != 8 {
 				return false
 			}
 			if st.streams == nil {
-				st.streams = map[uint32]int64{}
+				st.streams = map[streamKey]int64{}
 			}
-			st.streams[be32(k[2:])] = int64(le64(v))
+			st.streams[streamKey{be32(k[2:]), k[6]}] = int64(le64(v))
 			return true
 		})
 		if err != nil {
@@ -331,7 +337,7 @@ func (s *Store) storeAGs() error {
 		dirty := st.dirty
 		st.dirty = false
 		h := format.AGHeader{NextAgino: s.agNext[ag].Load(), Inodes: uint64(max(st.inodes, 0))}
-		streams := make(map[uint32]int64, len(st.streams))
+		streams := make(map[streamKey]int64, len(st.streams))
 		for k, v := range st.streams {
 			streams[k] = v
 		}
@@ -349,14 +355,14 @@ func (s *Store) storeAGs() error {
 		if !dirty {
 			continue
 		}
-		for id, n := range streams {
+		for k, n := range streams {
 			if n <= 0 {
-				if _, err := t.Delete(format.StreamCountKey(id)); err != nil {
+				if _, err := t.Delete(format.StreamCountKey(k.id, k.src)); err != nil {
 					return treeErr(err)
 				}
 				continue
 			}
-			if err := t.Put(format.StreamCountKey(id), put64(uint64(n))); err != nil {
+			if err := t.Put(format.StreamCountKey(k.id, k.src), put64(uint64(n))); err != nil {
 				return treeErr(err)
 			}
 		}

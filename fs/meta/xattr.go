@@ -216,24 +216,34 @@ func (s *Store) StreamBytes() map[uint32]uint64 {
 // StreamFiles counts inodes per stream id (0: no stream), from the AG
 // counters.
 func (s *Store) StreamFiles() map[uint32]uint64 {
-	out := map[uint32]uint64{}
+	out, _ := s.StreamFileSources()
+	return out
+}
+
+// StreamFileSources counts inodes per stream, and per stream and stream
+// source (format.StreamSrc*), from the AG counters.
+func (s *Store) StreamFileSources() (files map[uint32]uint64, bySrc map[uint32][4]uint64) {
+	files, bySrc = map[uint32]uint64{}, map[uint32][4]uint64{}
 	var total, tagged int64
 	for i := range s.ags {
 		g := &s.ags[i]
 		g.mu.Lock()
 		total += g.inodes
-		for id, n := range g.streams {
+		for k, n := range g.streams {
 			if n > 0 {
-				out[id] += uint64(n)
+				files[k.id] += uint64(n)
+				c := bySrc[k.id]
+				c[k.src&3] += uint64(n)
+				bySrc[k.id] = c
 				tagged += n
 			}
 		}
 		g.mu.Unlock()
 	}
 	if total > tagged {
-		out[0] = uint64(total - tagged)
+		files[0] = uint64(total - tagged)
 	}
-	return out
+	return files, bySrc
 }
 
 // Trim discards free space of at least minLen blocks (FITRIM).

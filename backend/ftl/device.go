@@ -1,0 +1,496 @@
+package ftl
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/streamfs/streamfs/backend"
+	"github.com/streamfs/streamfs/backend/nvme"
+)
+
+// Image layout: the host's logical bytes first, at their own offsets, so
+// the data is an ordinary image; then two state slots; then a 4 KiB label
+// in the last block. The filesystem sees only the logical part (Size).
+//
+//	[0, logical)                     data
+//	[logical, logical+slot)          state slot 0
+//	[logical+slot, logical+2*slot)   state slot 1
+//	[size-4096, size)                label
+//
+// The label is written once by Format. Saves alternate between the slots,
+// each checksummed with a sequence number, so a torn save leaves the other
+// slot intact: after a crash the model loses at most the counts since its
+// last save. With both slots bad the model restarts empty, with a warning;
+// the filesystem never depends on it.
+const (
+	labelSize  = 4096
+	slotHeader = 4096
+	labelMagic = "SFSFTL\x00\x01"
+	slotMagic  = "SFSFTLST"
+	// saveEvery bounds how often Flush also saves the state.
+	saveEvery = 30 * time.Second
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Label is what the last block of a modelled image says.
+type Label struct {
+	Geometry Geometry `json:"geometry"`
+	Logical  int64    `json:"logical_bytes"`
+	Physical int64    `json:"physical_bytes"`
+	Units    int      `json:"reclaim_units"`
+	SlotSize int64    `json:"-"`
+	Nonce    uint64   `json:"-"` // ties slots to this format, not an older one
+}
+
+func (l Label) encode() []byte {
+	b := make([]byte, labelSize)
+	copy(b, labelMagic)
+	le := binary.LittleEndian
+	le.PutUint64(b[8:], uint64(l.Logical))
+	le.PutUint64(b[16:], uint64(l.SlotSize))
+	le.PutUint64(b[24:], l.Nonce)
+	spec := l.Geometry.String()
+	le.PutUint16(b[32:], uint16(len(spec)))
+	copy(b[34:], spec)
+	le.PutUint32(b[labelSize-4:], crc32.Checksum(b[:labelSize-4], castagnoli))
+	return b
+}
+
+// errNoLabel means the file is not a modelled image.
+var errNoLabel = errors.New("no ftl label")
+
+func decodeLabel(b []byte, fileSize int64) (Label, error) {
+	if len(b) != labelSize || string(b[:8]) != labelMagic {
+		return Label{}, errNoLabel
+	}
+	le := binary.LittleEndian
+	if crc32.Checksum(b[:labelSize-4], castagnoli) != le.Uint32(b[labelSize-4:]) {
+		return Label{}, fmt.Errorf("ftl label: checksum mismatch: %w", ErrState)
+	}
+	l := Label{Logical: int64(le.Uint64(b[8:])), SlotSize: int64(le.Uint64(b[16:])), Nonce: le.Uint64(b[24:])}
+	n := int(le.Uint16(b[32:]))
+	if 34+n > labelSize-4 {
+		return Label{}, fmt.Errorf("ftl label: geometry of %d bytes: %w", n, ErrState)
+	}
+	g, err := ParseGeometry(string(b[34 : 34+n]))
+	if err != nil {
+		return Label{}, fmt.Errorf("ftl label: %w", err)
+	}
+	l.Geometry = g
+	if l.Logical <= 0 || l.SlotSize <= slotHeader || l.Logical > fileSize || l.SlotSize > fileSize ||
+		l.Logical+2*l.SlotSize+labelSize > fileSize {
+		return Label{}, fmt.Errorf("ftl label: logical %d and slots of %d do not fit %d bytes: %w", l.Logical, l.SlotSize, fileSize, ErrState)
+	}
+	lay, err := newLayout(g, l.Logical)
+	if err != nil {
+		return Label{}, fmt.Errorf("ftl label: %w", err)
+	}
+	if slotHeader+stateBound(lay, g.Handles) > l.SlotSize {
+		return Label{}, fmt.Errorf("ftl label: slot of %d bytes too small: %w", l.SlotSize, ErrState)
+	}
+	l.Physical = int64(lay.nru) * int64(lay.ppru) * PageSize
+	l.Units = int(lay.nru)
+	return l, nil
+}
+
+// ReadLabel reads the label of the image at path; ok is false for an image
+// without one (a plain image, a block device).
+func ReadLabel(path string) (l Label, ok bool, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Label{}, false, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() || st.Size() < labelSize {
+		return Label{}, false, err
+	}
+	return readLabel(f, st.Size())
+}
+
+func readLabel(f io.ReaderAt, size int64) (Label, bool, error) {
+	if size < labelSize {
+		return Label{}, false, nil // too small to carry a model
+	}
+	b := make([]byte, labelSize)
+	if _, err := f.ReadAt(b, size-labelSize); err != nil {
+		return Label{}, false, fmt.Errorf("read ftl label: %w", err)
+	}
+	l, err := decodeLabel(b, size)
+	if errors.Is(err, errNoLabel) {
+		return Label{}, false, nil
+	}
+	if err != nil {
+		return Label{}, true, err
+	}
+	return l, true, nil
+}
+
+// Format makes the image file at path a modelled drive with geometry g: it
+// carves the state slots and the label from the end of the file, saves an
+// empty model and writes the label last. It returns the label; the
+// filesystem then goes into the first Label.Logical bytes.
+func Format(path string, g Geometry) (Label, error) {
+	if err := g.Validate(); err != nil {
+		return Label{}, err
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return Label{}, fmt.Errorf("ftl format: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return Label{}, fmt.Errorf("ftl format: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		return Label{}, fmt.Errorf("ftl format: %s is not an image file (the model lives beside the data in the image)", path)
+	}
+	size := st.Size()
+	// Size the slots for the whole file as if it were all logical: an
+	// upper bound, so the logical size can follow from what is left.
+	upper := size / PageSize * PageSize
+	if upper <= 0 {
+		return Label{}, fmt.Errorf("ftl format: %s is empty: %w", path, ErrGeometry)
+	}
+	ppru := g.RUSize / PageSize
+	lpMax := upper / PageSize
+	nruMax := int64(float64(lpMax)/(1-g.OP/100))/ppru + 2
+	writers := g.Handles + 1
+	if g.Isolation == "persistent" {
+		writers = 2 * g.Handles
+	}
+	bound := stateBound(layout{lpages: uint32(min(lpMax, 1<<31)), nru: uint32(min(nruMax, 1<<31)), writers: writers}, g.Handles)
+	slot := (slotHeader + bound + PageSize - 1) / PageSize * PageSize
+	logical := (size - labelSize - 2*slot) &^ (1<<20 - 1)
+	if logical <= 0 {
+		return Label{}, fmt.Errorf("ftl format: %d bytes leave no room for data: %w", size, ErrGeometry)
+	}
+	m, err := NewModel(g, logical)
+	if err != nil {
+		return Label{}, fmt.Errorf("ftl format: %w", err)
+	}
+	var nb [8]byte
+	if _, err := rand.Read(nb[:]); err != nil {
+		return Label{}, fmt.Errorf("ftl format: %w", err)
+	}
+	l := Label{Geometry: g, Logical: logical, SlotSize: slot, Nonce: binary.LittleEndian.Uint64(nb[:]),
+		Physical: m.PhysicalBytes(), Units: m.Units()}
+	// Invalidate both slots first, so a state of an earlier format with
+	// the same nonce (impossible in practice) or a torn save cannot win.
+	zero := make([]byte, slotHeader)
+	for i := range 2 {
+		if _, err := f.WriteAt(zero, logical+int64(i)*slot); err != nil {
+			return Label{}, fmt.Errorf("ftl format: %w", err)
+		}
+	}
+	if _, err := f.WriteAt(slotBytes(l, 1, m.encode()), logical); err != nil {
+		return Label{}, fmt.Errorf("ftl format: save state: %w", err)
+	}
+	if _, err := f.WriteAt(l.encode(), size-labelSize); err != nil {
+		return Label{}, fmt.Errorf("ftl format: write label: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		return Label{}, fmt.Errorf("ftl format: sync: %w", err)
+	}
+	return l, nil
+}
+
+// Unformat removes the label so that the image opens as a plain file again.
+func Unformat(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || st.Size() < labelSize {
+		return err
+	}
+	if _, err := f.WriteAt(make([]byte, labelSize), st.Size()-labelSize); err != nil {
+		return fmt.Errorf("remove ftl label: %w", err)
+	}
+	return f.Sync()
+}
+
+// slotBytes frames a state: header (magic, nonce, sequence, length,
+// payload checksum, header checksum), then the payload.
+func slotBytes(l Label, seq uint64, payload []byte) []byte {
+	b := make([]byte, slotHeader+len(payload))
+	le := binary.LittleEndian
+	copy(b, slotMagic)
+	le.PutUint64(b[8:], l.Nonce)
+	le.PutUint64(b[16:], seq)
+	le.PutUint64(b[24:], uint64(len(payload)))
+	le.PutUint32(b[32:], crc32.Checksum(payload, castagnoli))
+	le.PutUint32(b[36:], crc32.Checksum(b[:36], castagnoli))
+	copy(b[slotHeader:], payload)
+	return b
+}
+
+// readSlot returns the sequence and payload of slot i, or an error when it
+// holds no valid state of this format.
+func readSlot(r io.ReaderAt, l Label, i int) (uint64, []byte, error) {
+	off := l.Logical + int64(i)*l.SlotSize
+	h := make([]byte, slotHeader)
+	if _, err := r.ReadAt(h, off); err != nil {
+		return 0, nil, fmt.Errorf("slot %d: %w", i, err)
+	}
+	le := binary.LittleEndian
+	if string(h[:8]) != slotMagic || crc32.Checksum(h[:36], castagnoli) != le.Uint32(h[36:]) || le.Uint64(h[8:]) != l.Nonce {
+		return 0, nil, fmt.Errorf("slot %d: no state: %w", i, ErrState)
+	}
+	n := le.Uint64(h[24:])
+	if n > uint64(l.SlotSize-slotHeader) {
+		return 0, nil, fmt.Errorf("slot %d: %d bytes: %w", i, n, ErrState)
+	}
+	p := make([]byte, n)
+	if _, err := r.ReadAt(p, off+slotHeader); err != nil {
+		return 0, nil, fmt.Errorf("slot %d: %w", i, err)
+	}
+	if crc32.Checksum(p, castagnoli) != le.Uint32(h[32:]) {
+		return 0, nil, fmt.Errorf("slot %d: checksum mismatch: %w", i, ErrState)
+	}
+	return le.Uint64(h[16:]), p, nil
+}
+
+// loadState picks the newest slot that decodes; with none it returns an
+// empty model and the reason.
+func loadState(r io.ReaderAt, l Label) (m *Model, seq uint64, lost error) {
+	type cand struct {
+		seq uint64
+		p   []byte
+	}
+	var cs []cand
+	var errs []error
+	for i := range 2 {
+		s, p, err := readSlot(r, l, i)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		cs = append(cs, cand{s, p})
+	}
+	if len(cs) == 2 && cs[1].seq > cs[0].seq {
+		cs[0], cs[1] = cs[1], cs[0]
+	}
+	for _, c := range cs {
+		m, err := decode(l.Geometry, l.Logical, c.p)
+		if err == nil {
+			return m, c.seq, nil
+		}
+		errs = append(errs, err)
+	}
+	m, err := NewModel(l.Geometry, l.Logical)
+	if err != nil {
+		return nil, 0, err // cannot happen: decodeLabel checked the layout
+	}
+	return m, 0, errors.Join(errs...)
+}
+
+// Device is an image file with an FDP SSD model beside its data.
+type Device struct {
+	f     *backend.File
+	path  string
+	ro    bool
+	label Label
+	m     *Model
+
+	saveMu   sync.Mutex // serialises saves; guards seq and lastSave
+	seq      uint64
+	lastSave time.Time
+}
+
+var _ backend.Device = (*Device)(nil)
+
+func init() {
+	backend.ModelOpener = func(path string, ro bool, warn func(string)) (backend.Device, bool, error) {
+		d, ok, err := Open(path, ro, warn)
+		if err != nil || !ok {
+			return nil, ok, err
+		}
+		return d, true, nil
+	}
+}
+
+// Open opens the image at path when it carries a model label (ok false
+// otherwise, with the file left closed). warn, if set, hears that the
+// saved state could not be used and the model starts empty.
+func Open(path string, ro bool, warn func(string)) (d *Device, ok bool, err error) {
+	f, err := backend.OpenFile(path, ro)
+	if err != nil {
+		return nil, false, err
+	}
+	l, ok, err := readLabel(fileReader{f}, f.Size())
+	if err != nil || !ok {
+		f.Close()
+		if err != nil {
+			err = fmt.Errorf("device %s: %w", path, err)
+		}
+		return nil, ok, err
+	}
+	m, seq, lost := loadState(fileReader{f}, l)
+	if m == nil {
+		f.Close()
+		return nil, true, fmt.Errorf("device %s: %w", path, lost)
+	}
+	if lost != nil && warn != nil {
+		warn(fmt.Sprintf("device %s: ftl model state unusable (%v); the model restarts empty, the filesystem is unaffected", path, lost))
+	}
+	return &Device{f: f, path: path, ro: ro, label: l, m: m, seq: seq, lastSave: time.Now()}, true, nil
+}
+
+// fileReader adapts backend.File to io.ReaderAt for the slots and label.
+type fileReader struct{ f *backend.File }
+
+func (r fileReader) ReadAt(p []byte, off int64) (int, error) {
+	if err := r.f.ReadAt(p, off); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// Label returns the image's model label.
+func (d *Device) Label() Label { return d.label }
+
+// Model returns the live model.
+func (d *Device) Model() *Model { return d.m }
+
+// handle maps a write stream to a reclaim unit handle as the NVMe backend
+// maps streams to placement identifiers: stream N to the N-th handle,
+// no stream to the first (shared with stream 1).
+func (d *Device) handle(stream uint32) int {
+	if stream == 0 || stream > uint32(d.label.Geometry.Handles) {
+		return 0
+	}
+	return int(stream - 1)
+}
+
+// ReadAt implements backend.Device.
+func (d *Device) ReadAt(p []byte, off int64) error {
+	if err := backend.CheckRange("read", off, int64(len(p)), d.label.Logical); err != nil {
+		return fmt.Errorf("device %s: %w", d.path, err)
+	}
+	return d.f.ReadAt(p, off)
+}
+
+// WriteAt implements backend.Device: the data goes to the image, the model
+// counts it under the stream's handle.
+func (d *Device) WriteAt(p []byte, off int64, stream uint32) error {
+	if err := backend.CheckRange("write", off, int64(len(p)), d.label.Logical); err != nil {
+		return fmt.Errorf("device %s: %w", d.path, err)
+	}
+	if err := d.f.WriteAt(p, off, stream); err != nil {
+		return err
+	}
+	// A model error only stops the counting (FDPStats reports it); the
+	// data is written, so the filesystem must not see a failure.
+	_ = d.m.Write(off, int64(len(p)), d.handle(stream))
+	return nil
+}
+
+// Discard implements backend.Device: punch the hole, invalidate the pages.
+func (d *Device) Discard(off, length int64) error {
+	if err := backend.CheckRange("discard", off, length, d.label.Logical); err != nil {
+		return fmt.Errorf("device %s: %w", d.path, err)
+	}
+	if err := d.f.Discard(off, length); err != nil {
+		return err
+	}
+	d.m.Discard(off, length)
+	return nil
+}
+
+// Flush implements backend.Device; it also saves the model when the last
+// save is older than saveEvery.
+func (d *Device) Flush() error {
+	if err := d.f.Flush(); err != nil {
+		return err
+	}
+	d.saveMu.Lock()
+	due := time.Since(d.lastSave) >= saveEvery
+	d.saveMu.Unlock()
+	if due {
+		return d.Save()
+	}
+	return nil
+}
+
+// Save writes the model state to the older slot and syncs it.
+func (d *Device) Save() error {
+	if d.ro {
+		return nil
+	}
+	d.saveMu.Lock()
+	defer d.saveMu.Unlock()
+	d.lastSave = time.Now()
+	next := d.seq + 1
+	b := slotBytes(d.label, next, d.m.encode())
+	off := d.label.Logical + int64(next%2)*d.label.SlotSize
+	if err := d.f.WriteAt(b, off, 0); err != nil {
+		return fmt.Errorf("device %s: save ftl state: %w", d.path, err)
+	}
+	if err := d.f.Flush(); err != nil {
+		return fmt.Errorf("device %s: save ftl state: %w", d.path, err)
+	}
+	d.seq = next
+	return nil
+}
+
+// Size implements backend.Device: only the logical space.
+func (d *Device) Size() int64 { return d.label.Logical }
+
+// SectorSize implements backend.Device.
+func (d *Device) SectorSize() int { return 512 }
+
+// MaxStreams implements backend.Device: one stream per handle.
+func (d *Device) MaxStreams() uint32 { return uint32(d.label.Geometry.Handles) }
+
+// Kind implements backend.Device.
+func (d *Device) Kind() string { return "ftl" }
+
+// Close saves the model and closes the image.
+func (d *Device) Close() error {
+	err := d.Save()
+	if cerr := d.f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// FDPInfo describes the model the way the NVMe backend describes a drive.
+func (d *Device) FDPInfo() nvme.FDPInfo {
+	g := d.label.Geometry
+	pids := make([]uint16, g.Handles)
+	for i := range pids {
+		pids[i] = uint16(i)
+	}
+	return nvme.FDPInfo{Enabled: true, ReclaimGroups: 1, ReclaimUnitHandles: uint16(g.Handles),
+		ReclaimUnitSize: uint64(g.RUSize), PlacementIDs: pids, LBASize: PageSize}
+}
+
+// FDPStats reports the model's counters in the NVMe backend's shape.
+func (d *Device) FDPStats() (nvme.FDPStats, error) {
+	c := d.m.Counters()
+	st := nvme.FDPStats{HostBytesWritten: c.Host, MediaBytesWritten: c.Media, MediaBytesErased: c.Erased,
+		WAF: WAF(c.Host, c.Media)}
+	for i, h := range c.Handles {
+		st.Handles = append(st.Handles, nvme.HandleStats{
+			Stream:         uint32(i + 1),
+			RUHStatus:      nvme.RUHStatus{PID: uint16(i), RUHID: uint16(i), RUAMW: h.Avail / PageSize},
+			AvailableBytes: h.Avail,
+			HostBytes:      h.Host,
+			MediaBytes:     h.Media,
+			WAF:            WAF(h.Host, h.Media),
+		})
+	}
+	return st, d.m.Err()
+}

@@ -1,0 +1,201 @@
+package ftl
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/streamfs/streamfs/backend"
+)
+
+func newImage(t *testing.T, size int64, spec string) (string, Label) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "img")
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, size); err != nil {
+		t.Fatal(err)
+	}
+	g, err := ParseGeometry(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := Format(path, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, l
+}
+
+func openDev(t *testing.T, path string) (*Device, []string) {
+	t.Helper()
+	var warns []string
+	d, err := backend.Open(path, backend.OpenOptions{Warn: func(s string) { warns = append(warns, s) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, ok := d.(*Device)
+	if !ok {
+		t.Fatalf("opened as %s, want ftl", d.Kind())
+	}
+	return fd, warns
+}
+
+func TestFormatOpenPersist(t *testing.T) {
+	path, l := newImage(t, 96<<20, "op=14,ru=256K,handles=4")
+	if l.Logical >= 96<<20 || l.Logical < 90<<20 || l.Physical <= l.Logical {
+		t.Fatalf("label %+v", l)
+	}
+	d, warns := openDev(t, path)
+	if len(warns) != 0 {
+		t.Fatalf("warnings on a fresh image: %v", warns)
+	}
+	if d.Size() != l.Logical || d.MaxStreams() != 4 || d.Kind() != "ftl" {
+		t.Fatalf("size %d streams %d kind %s", d.Size(), d.MaxStreams(), d.Kind())
+	}
+	buf := bytes.Repeat([]byte{7}, 1<<20)
+	for off := int64(0); off+int64(len(buf)) <= d.Size(); off += int64(len(buf)) {
+		if err := d.WriteAt(buf, off, 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.WriteAt(buf, 0, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.WriteAt(buf[:1], d.Size(), 0); !errors.Is(err, backend.ErrOutOfRange) {
+		t.Fatalf("write past the logical end: %v", err)
+	}
+	before, err := d.FDPStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.Handles[2].HostBytes == 0 || before.Handles[0].HostBytes != 0 {
+		t.Fatalf("stream 3 did not reach handle 3: %+v", before.Handles)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d, warns = openDev(t, path)
+	defer d.Close()
+	if len(warns) != 0 {
+		t.Fatalf("warnings: %v", warns)
+	}
+	after, _ := d.FDPStats()
+	if after.HostBytesWritten != before.HostBytesWritten || after.MediaBytesWritten != before.MediaBytesWritten {
+		t.Fatalf("counters after remount %+v, before %+v", after, before)
+	}
+	checkInvariants(t, d.m)
+	got := make([]byte, 1<<20)
+	if err := d.ReadAt(got, 0); err != nil || !bytes.Equal(got, buf) {
+		t.Fatalf("data after remount: %v", err)
+	}
+}
+
+// A torn or damaged save falls back to the other slot; with both gone the
+// model restarts empty and the device still opens.
+func TestDamagedStateFallsBack(t *testing.T) {
+	path, l := newImage(t, 64<<20, "op=14,ru=256K,handles=2")
+	d, _ := openDev(t, path)
+	if err := d.WriteAt(make([]byte, 4<<20), 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Save(); err != nil { // seq 2, slot 0
+		t.Fatal(err)
+	}
+	if err := d.WriteAt(make([]byte, 4<<20), 4<<20, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil { // seq 3, slot 1
+		t.Fatal(err)
+	}
+	smash := func(slot int, at int64) {
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteAt([]byte{0xff, 0xee}, l.Logical+int64(slot)*l.SlotSize+at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	smash(1, slotHeader+100) // newest payload torn
+	d, warns := openDev(t, path)
+	c := d.m.Counters()
+	d.f.Close() // no save: keep the damage for the next step
+	if len(warns) != 0 || c.Host != 4<<20 {
+		t.Fatalf("after a torn newest slot: host %d warnings %v, want the older 4 MiB", c.Host, warns)
+	}
+	smash(0, 20) // older header too
+	d, warns = openDev(t, path)
+	defer d.Close()
+	if len(warns) != 1 || !strings.Contains(warns[0], "restarts empty") {
+		t.Fatalf("warnings %v", warns)
+	}
+	if c := d.m.Counters(); c.Host != 0 {
+		t.Fatalf("fresh model counts %d", c.Host)
+	}
+	if err := d.WriteAt(make([]byte, 4096), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDecodeRejectsBadState(t *testing.T) {
+	m := mustModel(t, "op=14,ru=64K,handles=2", 8<<20)
+	fill(t, m, 1)
+	fill(t, m, 0)
+	good := m.encode()
+	if _, err := decode(m.g, m.LogicalBytes(), good); err != nil {
+		t.Fatal(err)
+	}
+	// Flip a byte of the dimensions, writers, units and map (not the
+	// counters, which decode cannot check):
+	// decode either refuses or yields a model whose invariants hold.
+	for _, i := range []int{0, 4, 12, 16, 92, 96, 100, 116, 117, 119, 125, len(good) - 5*int(m.l.lpages), len(good) - 1} {
+		b := append([]byte(nil), good...)
+		b[i] ^= 0xa5
+		if m2, err := decode(m.g, m.LogicalBytes(), b); err == nil {
+			checkInvariants(t, m2)
+		} else if !errors.Is(err, ErrState) {
+			t.Fatalf("byte %d: %v", i, err)
+		}
+	}
+	if _, err := decode(m.g, m.LogicalBytes(), good[:len(good)-1]); !errors.Is(err, ErrState) {
+		t.Fatalf("short state: %v", err)
+	}
+}
+
+func TestPlainImageNotModel(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "plain")
+	if err := os.WriteFile(path, make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d, err := backend.Open(path, backend.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if d.Kind() != "file" {
+		t.Fatalf("plain image opened as %s", d.Kind())
+	}
+	if _, err := backend.Open(path, backend.OpenOptions{Kind: "ftl"}); err == nil {
+		t.Fatal("kind ftl opened an image without a model")
+	}
+}
+
+func TestFormatTooSmall(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "img")
+	os.WriteFile(path, nil, 0o644)
+	os.Truncate(path, 64<<20)
+	g, _ := ParseGeometry("op=7,ru=8M,handles=8")
+	_, err := Format(path, g)
+	if !errors.Is(err, ErrGeometry) {
+		t.Fatalf("err %v", err)
+	}
+	if _, ok, _ := ReadLabel(path); ok {
+		t.Fatal("failed format left a label")
+	}
+}
