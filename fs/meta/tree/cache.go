@@ -1,0 +1,82 @@
+package tree
+
+import (
+	"fmt"
+
+	"github.com/dgraph-io/ristretto/v2"
+)
+
+// Cache holds clean decoded nodes of every tree of a mount, bounded in bytes
+// (each node costs its node size). Keys are absolute block numbers, unique
+// device-wide, so trees share it without coordination. Safe for concurrent use.
+type Cache struct {
+	rc *ristretto.Cache[uint64, *node]
+}
+
+// NewCache returns a cache holding about maxBytes of nodes.
+func NewCache(maxBytes int64) (*Cache, error) {
+	if maxBytes < minNodeSize {
+		return nil, fmt.Errorf("tree: cache of %d bytes: %w", maxBytes, ErrInvalid)
+	}
+	// ristretto wants ~10 counters per item it may hold; size for the
+	// smallest node so small nodes do not starve the admission policy.
+	counters := max(10*(maxBytes/minNodeSize), 1000)
+	rc, err := ristretto.NewCache(&ristretto.Config[uint64, *node]{
+		NumCounters:        counters,
+		MaxCost:            maxBytes,
+		BufferItems:        64,
+		Metrics:            true,
+		IgnoreInternalCost: true, // cost is the node size, nothing else
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tree: cache: %w", err)
+	}
+	return &Cache{rc: rc}, nil
+}
+
+// Close stops the cache's goroutines. Trees using it keep working uncached.
+func (c *Cache) Close() {
+	if c != nil {
+		c.rc.Close()
+	}
+}
+
+// Invalidate forgets any cached node for blk (it was reallocated). It waits
+// until ristretto has applied the deletion, so that a Set buffered before it
+// cannot resurface a stale node afterwards.
+func (c *Cache) Invalidate(blk uint64) {
+	if c == nil {
+		return
+	}
+	c.rc.Del(blk)
+	c.rc.Wait()
+}
+
+// Metrics reports ristretto's hit and miss counters.
+func (c *Cache) Metrics() (hits, misses uint64) {
+	if c == nil || c.rc.Metrics == nil {
+		return 0, 0
+	}
+	return c.rc.Metrics.Hits(), c.rc.Metrics.Misses()
+}
+
+func (c *Cache) get(blk uint64) (*node, bool) {
+	if c == nil {
+		return nil, false
+	}
+	return c.rc.Get(blk)
+}
+
+func (c *Cache) set(n *node, cost int) {
+	if c != nil {
+		c.rc.Set(n.blk, n, int64(cost))
+	}
+}
+
+// forget drops blk without waiting (the tree freed it; Invalidate at
+// reallocation closes the race with buffered Sets).
+func (c *Cache) forget(blk uint64) {
+	if c != nil {
+		c.rc.Del(blk)
+	}
+}

@@ -1,0 +1,259 @@
+package tree
+
+import "bytes"
+
+// cursor walks the leaves with a root-to-leaf stack. The caller holds the
+// tree's lock (either mode) for the cursor's whole life.
+type cursor struct {
+	t     *Tree
+	stack []frame // stack[len-1] is the leaf; its i is the entry index
+}
+
+// descendFrom pushes frames from node n (already loaded) down to a leaf,
+// taking the first (last if rightmost) child at each level.
+func (cu *cursor) descendFrom(n *node, rightmost bool) error {
+	for {
+		i := 0
+		if rightmost {
+			i = n.count() - 1
+		}
+		cu.stack = append(cu.stack, frame{n, i})
+		if n.leaf() {
+			return nil
+		}
+		var err error
+		if n, err = cu.t.load(n.kids[i], n.level-1); err != nil {
+			return err
+		}
+	}
+}
+
+// seek positions at the leaf where key is or would be (entry index:
+// first entry >= key). ok is false for an empty tree.
+func (cu *cursor) seek(key []byte) (bool, error) {
+	cu.stack = cu.stack[:0]
+	if cu.t.root == 0 {
+		return false, nil
+	}
+	n, err := cu.t.load(cu.t.root, -1)
+	if err != nil {
+		return false, err
+	}
+	for !n.leaf() {
+		i := upperBound(n.keys, key)
+		cu.stack = append(cu.stack, frame{n, i})
+		if n, err = cu.t.load(n.kids[i], n.level-1); err != nil {
+			return false, err
+		}
+	}
+	cu.stack = append(cu.stack, frame{n, lowerBound(n.keys, key)})
+	return true, nil
+}
+
+// valid says the cursor is on an entry.
+func (cu *cursor) valid() bool {
+	if len(cu.stack) == 0 {
+		return false
+	}
+	f := cu.stack[len(cu.stack)-1]
+	return f.i >= 0 && f.i < len(f.n.keys)
+}
+
+func (cu *cursor) entry() (k, v []byte) {
+	f := cu.stack[len(cu.stack)-1]
+	return f.n.keys[f.i], f.n.vals[f.i]
+}
+
+// settleForward moves to the next entry at or after the position, crossing
+// leaves (empty stack when past the end).
+func (cu *cursor) settleForward() error {
+	for len(cu.stack) > 0 && !cu.valid() {
+		cu.stack = cu.stack[:len(cu.stack)-1]
+		for len(cu.stack) > 0 {
+			top := &cu.stack[len(cu.stack)-1]
+			top.i++
+			if top.i < len(top.n.kids) {
+				n, err := cu.t.load(top.n.kids[top.i], top.n.level-1)
+				if err != nil {
+					return err
+				}
+				if err := cu.descendFrom(n, false); err != nil {
+					return err
+				}
+				break
+			}
+			cu.stack = cu.stack[:len(cu.stack)-1]
+		}
+	}
+	return nil
+}
+
+// settleBackward is settleForward's mirror (entries at or before).
+func (cu *cursor) settleBackward() error {
+	for len(cu.stack) > 0 && !cu.valid() {
+		cu.stack = cu.stack[:len(cu.stack)-1]
+		for len(cu.stack) > 0 {
+			top := &cu.stack[len(cu.stack)-1]
+			top.i--
+			if top.i >= 0 {
+				n, err := cu.t.load(top.n.kids[top.i], top.n.level-1)
+				if err != nil {
+					return err
+				}
+				if err := cu.descendFrom(n, true); err != nil {
+					return err
+				}
+				break
+			}
+			cu.stack = cu.stack[:len(cu.stack)-1]
+		}
+	}
+	return nil
+}
+
+func (cu *cursor) next() error {
+	cu.stack[len(cu.stack)-1].i++
+	return cu.settleForward()
+}
+
+// ascend calls fn for entries >= from in order until fn returns false.
+func (t *Tree) ascend(from []byte, fn func(k, v []byte) bool) error {
+	cu := cursor{t: t, stack: make([]frame, 0, 8)}
+	if ok, err := cu.seek(from); !ok || err != nil {
+		return err
+	}
+	if err := cu.settleForward(); err != nil {
+		return err
+	}
+	for cu.valid() {
+		if !fn(cu.entry()) {
+			return nil
+		}
+		if err := cu.next(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// seekGE returns copies of the first entry with key >= from.
+func (t *Tree) seekGE(from []byte) (k, v []byte, ok bool, err error) {
+	cu := cursor{t: t, stack: make([]frame, 0, 8)}
+	if ok, err := cu.seek(from); !ok || err != nil {
+		return nil, nil, false, err
+	}
+	if err := cu.settleForward(); err != nil || !cu.valid() {
+		return nil, nil, false, err
+	}
+	k, v = cu.entry()
+	return bytes.Clone(k), bytes.Clone(v), true, nil
+}
+
+// seekLE returns copies of the last entry with key <= key.
+func (t *Tree) seekLE(key []byte) (k, v []byte, ok bool, err error) {
+	cu := cursor{t: t, stack: make([]frame, 0, 8)}
+	if ok, err := cu.seek(key); !ok || err != nil {
+		return nil, nil, false, err
+	}
+	// seek stops at the first entry >= key: step back unless it is key.
+	top := &cu.stack[len(cu.stack)-1]
+	if !(top.i < len(top.n.keys) && bytes.Equal(top.n.keys[top.i], key)) {
+		top.i--
+	}
+	if err := cu.settleBackward(); err != nil || !cu.valid() {
+		return nil, nil, false, err
+	}
+	k, v = cu.entry()
+	return bytes.Clone(k), bytes.Clone(v), true, nil
+}
+
+// Ascend calls fn for each entry with key >= from in key order until fn
+// returns false. fn must not call back into the tree (it runs under the
+// shared lock; a writer waiting behind it would deadlock a nested call).
+// k and v are only valid during the call.
+func (t *Tree) Ascend(from []byte, fn func(k, v []byte) bool) error {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.ascend(from, fn)
+}
+
+// Seek returns (copies of) the first entry with key >= from.
+func (t *Tree) Seek(from []byte) (k, v []byte, ok bool, err error) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.seekGE(from)
+}
+
+// SeekLE returns (copies of) the last entry with key <= key: the
+// predecessor, e.g. the extent that may contain a block.
+func (t *Tree) SeekLE(key []byte) (k, v []byte, ok bool, err error) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.seekLE(key)
+}
+
+// Update runs fn under the tree's write lock, so the reads and writes it
+// makes through tx are atomic with respect to other tree operations. Changes
+// made before fn returns an error are kept (there is no rollback); fn must
+// not call the Tree's own methods (deadlock) nor keep tx.
+func (t *Tree) Update(fn func(tx *Tx) error) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	tx := &Tx{t: t}
+	defer func() { tx.t = nil }()
+	return fn(tx)
+}
+
+// Tx is the tree as seen inside Update: same semantics as Tree's methods,
+// without locking.
+type Tx struct {
+	t *Tree // nil once Update returned
+}
+
+// Get is Tree.Get inside Update.
+func (tx *Tx) Get(key []byte) ([]byte, bool, error) {
+	if tx.t == nil {
+		return nil, false, ErrTxDone
+	}
+	return tx.t.get(key)
+}
+
+// Put is Tree.Put inside Update.
+func (tx *Tx) Put(key, val []byte) error {
+	if tx.t == nil {
+		return ErrTxDone
+	}
+	return tx.t.put(key, val)
+}
+
+// Delete is Tree.Delete inside Update.
+func (tx *Tx) Delete(key []byte) (bool, error) {
+	if tx.t == nil {
+		return false, ErrTxDone
+	}
+	return tx.t.del(key)
+}
+
+// Ascend is Tree.Ascend inside Update; fn must not change the tree.
+func (tx *Tx) Ascend(from []byte, fn func(k, v []byte) bool) error {
+	if tx.t == nil {
+		return ErrTxDone
+	}
+	return tx.t.ascend(from, fn)
+}
+
+// Seek returns (copies of) the first entry with key >= from.
+func (tx *Tx) Seek(from []byte) (k, v []byte, ok bool, err error) {
+	if tx.t == nil {
+		return nil, nil, false, ErrTxDone
+	}
+	return tx.t.seekGE(from)
+}
+
+// SeekLE returns (copies of) the last entry with key <= key.
+func (tx *Tx) SeekLE(key []byte) (k, v []byte, ok bool, err error) {
+	if tx.t == nil {
+		return nil, nil, false, ErrTxDone
+	}
+	return tx.t.seekLE(key)
+}

@@ -1,0 +1,642 @@
+package tree
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+)
+
+// Pager gives a tree its blocks. Block numbers are absolute device blocks.
+// Its methods are called with the tree's lock held and must not call back
+// into the tree.
+type Pager interface {
+	// Read fills buf (len == node size) with block blk's contents.
+	Read(blk uint64, buf []byte) error
+	// Alloc returns a fresh block for a new node version (near hint when
+	// possible; hint 0 = no hint). It may fail (e.g. ENOSPC wrapped); the
+	// tree then returns the error and stays consistent.
+	Alloc(hint uint64) (uint64, error)
+	// Free says blk is no longer referenced by this tree's in-memory version.
+	// The pager defers reuse until a checkpoint not referencing it is
+	// durable; the tree just reports.
+	Free(blk uint64)
+}
+
+// Config of one tree.
+type Config struct {
+	NodeSize int      // bytes per node == filesystem block size (4096..65536, power of two)
+	Owner    uint64   // written into every node header and checked on read
+	UUID     [16]byte // filesystem uuid, written into and checked in every node header
+}
+
+// BlockWrite is one node image to write at block Blk.
+type BlockWrite struct {
+	Blk  uint64
+	Data []byte
+}
+
+// ErrTxDone is returned by a Tx used after its Update returned.
+var ErrTxDone = errors.New("tree: transaction finished")
+
+// Tree is one copy-on-write B+tree.
+//
+// Locking: mu is a leaf lock for callers. Nothing in the tree calls out while
+// holding it except Pager and Cache methods, and Pager methods must not call
+// the tree. Get, Seek, SeekLE, Ascend, Check, Blocks, Root and Dirty take it
+// shared; Put, Delete, Update, Snapshot and Written take it exclusively.
+type Tree struct {
+	p   Pager
+	c   *Cache
+	cfg Config
+	// Derived from cfg, immutable.
+	maxEntry int
+	minFill  int // entry bytes below which a non-root node is rebalanced
+
+	mu sync.RWMutex // guards the fields below
+	// root is the current root block, 0 for an empty tree.
+	root uint64
+	// dirty holds nodes allocated since the last Snapshot: pinned, changed in place.
+	dirty map[uint64]*node
+	// inflight holds nodes encoded by Snapshot and not yet reported Written:
+	// clean (a change copies them) but pinned, because the device may not
+	// have them yet. Readers only read these maps, under the shared lock.
+	inflight map[uint64]*node
+	// spare holds blocks allocated ahead of an operation and not yet used
+	// (see reserve); Snapshot hands them back through Pager.Free.
+	spare []uint64
+}
+
+// Open returns the tree whose root is at block root; root 0 means an empty
+// tree (the first Put allocates a root leaf). A non-zero root is read and
+// validated now. c may be nil (no caching).
+func Open(p Pager, c *Cache, cfg Config, root uint64) (*Tree, error) {
+	if p == nil {
+		return nil, fmt.Errorf("tree: open owner %d: nil pager: %w", cfg.Owner, ErrInvalid)
+	}
+	if cfg.NodeSize < minNodeSize || cfg.NodeSize > maxNodeSize || cfg.NodeSize&(cfg.NodeSize-1) != 0 {
+		return nil, fmt.Errorf("tree: open owner %d: node size %d: %w", cfg.Owner, cfg.NodeSize, ErrInvalid)
+	}
+	t := &Tree{
+		p:        p,
+		c:        c,
+		cfg:      cfg,
+		maxEntry: MaxEntry(cfg.NodeSize),
+		minFill:  (cfg.NodeSize - hdrSize) / 4,
+		root:     root,
+		dirty:    make(map[uint64]*node),
+		inflight: make(map[uint64]*node),
+	}
+	if root != 0 {
+		if _, err := t.load(root, -1); err != nil {
+			return nil, fmt.Errorf("tree: open owner %d: %w", cfg.Owner, err)
+		}
+	}
+	return t, nil
+}
+
+// Root is the current root block (it changes as nodes are copied); 0 if empty.
+func (t *Tree) Root() uint64 {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.root
+}
+
+// Dirty is the number of dirty nodes (what the next Snapshot will write).
+func (t *Tree) Dirty() int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return len(t.dirty)
+}
+
+// load returns the node at blk, which must have level want (any if want < 0).
+// Safe under the shared lock: two readers may both miss and decode the same
+// block; both copies are valid and immutable.
+func (t *Tree) load(blk uint64, want int) (*node, error) {
+	n := t.dirty[blk]
+	if n == nil {
+		n = t.inflight[blk]
+	}
+	if n == nil {
+		var ok bool
+		if n, ok = t.c.get(blk); ok && n.owner != t.cfg.Owner {
+			n = nil // another tree's stale entry: read the device
+		}
+	}
+	if n != nil {
+		if want >= 0 && n.level != want {
+			return nil, fmt.Errorf("%w: block %d (owner %d): level %d, want %d", ErrCorrupt, blk, t.cfg.Owner, n.level, want)
+		}
+		return n, nil
+	}
+	n, err := t.read(blk, want)
+	if err != nil {
+		return nil, err
+	}
+	t.c.set(n, t.cfg.NodeSize)
+	return n, nil
+}
+
+// read reads and validates blk from the device, bypassing the cache.
+func (t *Tree) read(blk uint64, want int) (*node, error) {
+	buf := make([]byte, t.cfg.NodeSize)
+	if err := t.p.Read(blk, buf); err != nil {
+		return nil, fmt.Errorf("tree: read node %d (owner %d): %w", blk, t.cfg.Owner, err)
+	}
+	return decode(buf, blk, &t.cfg, want)
+}
+
+// checkEntry rejects entries that would break the node-size guarantees.
+func (t *Tree) checkEntry(key, val []byte) error {
+	if len(key)+len(val) > t.maxEntry {
+		return fmt.Errorf("tree: entry of %d+%d bytes exceeds %d: %w", len(key), len(val), t.maxEntry, ErrInvalid)
+	}
+	return nil
+}
+
+// Get returns a copy of key's value.
+func (t *Tree) Get(key []byte) (val []byte, ok bool, err error) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.get(key)
+}
+
+func (t *Tree) get(key []byte) ([]byte, bool, error) {
+	if t.root == 0 {
+		return nil, false, nil
+	}
+	n, err := t.load(t.root, -1)
+	if err != nil {
+		return nil, false, err
+	}
+	for !n.leaf() {
+		if n, err = t.load(n.kids[upperBound(n.keys, key)], n.level-1); err != nil {
+			return nil, false, err
+		}
+	}
+	i := lowerBound(n.keys, key)
+	if i < len(n.keys) && bytes.Equal(n.keys[i], key) {
+		return bytes.Clone(n.vals[i]), true, nil
+	}
+	return nil, false, nil
+}
+
+// frame is one step of a root-to-leaf path: the node and the child (internal)
+// or entry (leaf) index taken.
+type frame struct {
+	n *node
+	i int
+}
+
+// descend returns the path to the leaf where key is or would be, and whether
+// it is there (path's last frame then indexes it).
+func (t *Tree) descend(key []byte) ([]frame, bool, error) {
+	path := make([]frame, 0, 8)
+	n, err := t.load(t.root, -1)
+	if err != nil {
+		return nil, false, err
+	}
+	for !n.leaf() {
+		i := upperBound(n.keys, key)
+		path = append(path, frame{n, i})
+		if n, err = t.load(n.kids[i], n.level-1); err != nil {
+			return nil, false, err
+		}
+	}
+	i := lowerBound(n.keys, key)
+	path = append(path, frame{n, i})
+	return path, i < len(n.keys) && bytes.Equal(n.keys[i], key), nil
+}
+
+// reserve makes sure at least need spare blocks are allocated, so that the
+// operation that follows cannot fail half-way. On failure the blocks already
+// obtained stay spare (no node changed).
+func (t *Tree) reserve(need int, hint uint64) error {
+	for len(t.spare) < need {
+		b, err := t.p.Alloc(hint)
+		if err != nil {
+			return fmt.Errorf("tree: allocate node (owner %d): %w", t.cfg.Owner, err)
+		}
+		t.c.Invalidate(b)
+		t.spare = append(t.spare, b)
+	}
+	return nil
+}
+
+// take returns a reserved block.
+func (t *Tree) take() uint64 {
+	b := t.spare[len(t.spare)-1]
+	t.spare = t.spare[:len(t.spare)-1]
+	return b
+}
+
+// release drops blk from this tree's version and reports it to the pager.
+func (t *Tree) release(blk uint64) {
+	delete(t.dirty, blk)
+	delete(t.inflight, blk)
+	t.c.forget(blk)
+	t.p.Free(blk)
+}
+
+func (t *Tree) isDirty(n *node) bool { return t.dirty[n.blk] == n }
+
+// cleanCount is how many nodes of path a change must copy first.
+func (t *Tree) cleanCount(path []frame) int {
+	k := 0
+	for _, f := range path {
+		if !t.isDirty(f.n) {
+			k++
+		}
+	}
+	return k
+}
+
+// cowPath makes every node of path dirty, top-down, so each parent is dirty
+// before its child pointer changes. Needs cleanCount(path) reserved blocks.
+func (t *Tree) cowPath(path []frame) {
+	for d := range path {
+		n := path[d].n
+		if t.isDirty(n) {
+			continue
+		}
+		c := n.clone(t.take())
+		t.release(n.blk)
+		t.dirty[c.blk] = c
+		path[d].n = c
+		if d == 0 {
+			t.root = c.blk
+		} else {
+			path[d-1].n.kids[path[d-1].i] = c.blk
+		}
+	}
+}
+
+// Put inserts or replaces key's value.
+func (t *Tree) Put(key, val []byte) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.put(key, val)
+}
+
+func (t *Tree) put(key, val []byte) error {
+	if err := t.checkEntry(key, val); err != nil {
+		return err
+	}
+	// One allocation for both: the tree keeps them as long as the entry lives.
+	kv := make([]byte, len(key)+len(val))
+	copy(kv, key)
+	copy(kv[len(key):], val)
+	k, v := kv[:len(key):len(key)], kv[len(key):]
+
+	if t.root == 0 {
+		if err := t.reserve(1, 0); err != nil {
+			return err
+		}
+		n := &node{blk: t.take(), owner: t.cfg.Owner, keys: [][]byte{k}, vals: [][]byte{v}}
+		n.size = n.computeSize()
+		t.dirty[n.blk] = n
+		t.root = n.blk
+		return nil
+	}
+	path, found, err := t.descend(key)
+	if err != nil {
+		return err
+	}
+	leaf := path[len(path)-1].n
+	i := path[len(path)-1].i
+	newSize := leaf.size + leafEntryHdr + len(k) + len(v)
+	if found {
+		newSize = leaf.size - len(leaf.vals[i]) + len(v)
+	}
+	// Blocks needed: copies of clean path nodes, plus one per level that may
+	// split (a parent may split if a maximal separator would overflow it),
+	// plus a new root if the root may split.
+	need := t.cleanCount(path)
+	if newSize > t.cfg.NodeSize {
+		need++
+		d := len(path) - 2
+		for ; d >= 0; d-- {
+			if path[d].n.size+innerEntryHdr+t.maxEntry <= t.cfg.NodeSize {
+				break
+			}
+			need++
+		}
+		if d < 0 {
+			need++
+		}
+	}
+	if err := t.reserve(need, leaf.blk); err != nil {
+		return err
+	}
+	t.cowPath(path)
+	leaf = path[len(path)-1].n
+	if found {
+		leaf.vals[i] = v
+	} else {
+		leaf.keys = insertAt(leaf.keys, i, k)
+		leaf.vals = insertAt(leaf.vals, i, v)
+	}
+	leaf.size = newSize
+	for d := len(path) - 1; d >= 0 && path[d].n.size > t.cfg.NodeSize; d-- {
+		n := path[d].n
+		right, sep := t.split(n)
+		if d == 0 {
+			r := &node{blk: t.take(), owner: t.cfg.Owner, level: n.level + 1,
+				keys: [][]byte{sep}, kids: []uint64{n.blk, right.blk}}
+			r.size = r.computeSize()
+			t.dirty[r.blk] = r
+			t.root = r.blk
+			break
+		}
+		p, pi := path[d-1].n, path[d-1].i
+		p.keys = insertAt(p.keys, pi, sep)
+		p.kids = insertAt(p.kids, pi+1, right.blk)
+		p.size += innerEntryHdr + len(sep)
+	}
+	return nil
+}
+
+// splitPoint picks the entry index m (1 <= m < count) where n's entries are
+// cut so both halves hold about half the bytes; each half then fits a node.
+func (n *node) splitPoint() int {
+	total := n.size - hdrSize
+	cnt := n.count()
+	acc, m := 0, 0
+	for m < cnt-1 {
+		acc += n.entrySize(m)
+		m++
+		if 2*acc >= total {
+			break
+		}
+	}
+	return max(m, 1)
+}
+
+// split moves the upper half of dirty node n into a new dirty node (from a
+// reserved block) and returns it with the separator for the parent.
+func (t *Tree) split(n *node) (*node, []byte) {
+	m := n.splitPoint()
+	r := &node{blk: t.take(), owner: t.cfg.Owner, level: n.level}
+	var sep []byte
+	if n.leaf() {
+		r.keys = slices.Clone(n.keys[m:])
+		r.vals = slices.Clone(n.vals[m:])
+		clear(n.keys[m:])
+		clear(n.vals[m:])
+		n.keys, n.vals = n.keys[:m], n.vals[:m]
+		sep = r.keys[0]
+	} else {
+		// Children [0,m) stay; separator m-1 moves up; children [m,..) move.
+		sep = n.keys[m-1]
+		r.kids = slices.Clone(n.kids[m:])
+		r.keys = slices.Clone(n.keys[m:])
+		clear(n.keys[m-1:])
+		n.kids, n.keys = n.kids[:m], n.keys[:m-1]
+	}
+	n.size, r.size = n.computeSize(), r.computeSize()
+	t.dirty[r.blk] = r
+	return r, sep
+}
+
+// Delete removes key; existed says whether it was there.
+func (t *Tree) Delete(key []byte) (existed bool, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.del(key)
+}
+
+func (t *Tree) del(key []byte) (bool, error) {
+	if t.root == 0 {
+		return false, nil
+	}
+	path, found, err := t.descend(key)
+	if err != nil || !found {
+		return false, err
+	}
+	// Load, before changing anything, the sibling each node that may
+	// underflow would be rebalanced with, so rebalancing reads nothing.
+	// A node loses at most one entry, or a separator shrinks, per level.
+	sibs := make([]frame, len(path))
+	for d := len(path) - 1; d >= 1; d-- {
+		n := path[d].n
+		loss := innerEntryHdr + t.maxEntry
+		if n.leaf() {
+			loss = n.entrySize(path[d].i)
+		}
+		if n.size-hdrSize-loss >= t.minFill {
+			break // no underflow here, so none above
+		}
+		p, ci := path[d-1].n, path[d-1].i
+		if len(p.kids) < 2 {
+			continue
+		}
+		si := ci - 1
+		if ci == 0 {
+			si = 1
+		}
+		s, err := t.load(p.kids[si], n.level)
+		if err != nil {
+			return false, err
+		}
+		sibs[d] = frame{s, si}
+	}
+	if err := t.reserve(t.cleanCount(path), path[len(path)-1].n.blk); err != nil {
+		return false, err
+	}
+	t.cowPath(path)
+	leaf := path[len(path)-1].n
+	i := path[len(path)-1].i
+	leaf.size -= leaf.entrySize(i)
+	leaf.keys = removeAt(leaf.keys, i)
+	leaf.vals = removeAt(leaf.vals, i)
+
+	for d := len(path) - 1; d >= 1; d-- {
+		n := path[d].n
+		p, ci := path[d-1].n, path[d-1].i
+		if n.count() == 0 {
+			t.removeChild(p, ci)
+			t.release(n.blk)
+			continue
+		}
+		if n.size-hdrSize >= t.minFill || sibs[d].n == nil {
+			break
+		}
+		if !t.rebalance(p, ci, n, sibs[d].n, sibs[d].i) {
+			break
+		}
+	}
+	t.collapseRoot(path, sibs)
+	return true, nil
+}
+
+// removeChild drops child ci of p, whose key range is empty, with the
+// separator below it (above it for the first child): the neighbour whose
+// range grows covers nothing new.
+func (t *Tree) removeChild(p *node, ci int) {
+	t.removeKid(p, ci, max(ci-1, 0))
+}
+
+// removeKid drops child ci and separator ki from p.
+func (t *Tree) removeKid(p *node, ci, ki int) {
+	if len(p.keys) > 0 {
+		p.size -= len(p.keys[ki])
+		p.keys = removeAt(p.keys, ki)
+	}
+	p.size -= innerEntryHdr
+	p.kids = removeAt(p.kids, ci)
+}
+
+// rebalance fixes underfull dirty child c (index ci of dirty parent p) with
+// its sibling s (index si): merge when both fit one node, else share the
+// entries evenly. It reports whether p changed. Merging needs no new block
+// (s's entries move into c); sharing needs s dirty, and is skipped when no
+// block can be had or the new separator would overflow p, leaving a valid,
+// merely underfull, tree.
+func (t *Tree) rebalance(p *node, ci int, c, s *node, si int) bool {
+	l, r, ki := c, s, ci
+	if si < ci {
+		l, r, ki = s, c, si
+	}
+	sep := p.keys[ki]
+	joined := l.join(r, sep)
+	if joined.size <= t.cfg.NodeSize {
+		// The separator between the two goes; c keeps the outer bounds.
+		c.keys, c.vals, c.kids, c.size = joined.keys, joined.vals, joined.kids, joined.size
+		t.removeKid(p, si, ki)
+		t.release(s.blk)
+		return true
+	}
+	m := joined.splitPoint()
+	var newSep []byte
+	if joined.leaf() {
+		newSep = joined.keys[m]
+	} else {
+		newSep = joined.keys[m-1]
+	}
+	if p.size-len(sep)+len(newSep) > t.cfg.NodeSize {
+		return false
+	}
+	if !t.isDirty(s) {
+		if len(t.spare) == 0 && t.reserve(1, s.blk) != nil {
+			return false
+		}
+		s2 := s.clone(t.take())
+		t.release(s.blk)
+		t.dirty[s2.blk] = s2
+		p.kids[si] = s2.blk
+		if l == s {
+			l = s2
+		} else {
+			r = s2
+		}
+	}
+	if joined.leaf() {
+		l.keys, r.keys = joined.keys[:m:m], slices.Clone(joined.keys[m:])
+		l.vals, r.vals = joined.vals[:m:m], slices.Clone(joined.vals[m:])
+	} else {
+		l.kids, r.kids = joined.kids[:m:m], slices.Clone(joined.kids[m:])
+		l.keys, r.keys = joined.keys[:m-1:m-1], slices.Clone(joined.keys[m:])
+	}
+	l.size, r.size = l.computeSize(), r.computeSize()
+	p.keys[ki] = newSep
+	p.size += len(newSep) - len(sep)
+	return true
+}
+
+// join returns a detached node holding l's entries then r's (sep between
+// the children of internal nodes). l and r are not changed.
+func (l *node) join(r *node, sep []byte) *node {
+	j := &node{level: l.level, owner: l.owner}
+	j.keys = make([][]byte, 0, len(l.keys)+len(r.keys)+1)
+	j.keys = append(j.keys, l.keys...)
+	if l.leaf() {
+		j.keys = append(j.keys, r.keys...)
+		j.vals = append(append(make([][]byte, 0, len(l.vals)+len(r.vals)+1), l.vals...), r.vals...)
+		j.size = l.size + r.size - hdrSize
+	} else {
+		j.keys = append(append(j.keys, sep), r.keys...)
+		j.kids = append(append(make([]uint64, 0, len(l.kids)+len(r.kids)+1), l.kids...), r.kids...)
+		j.size = l.size + r.size - hdrSize + len(sep)
+	}
+	return j
+}
+
+// collapseRoot frees an empty root leaf and replaces a root with a single
+// child by that child, repeatedly.
+func (t *Tree) collapseRoot(path, sibs []frame) {
+	root := path[0].n
+	for {
+		if root.leaf() {
+			if root.count() == 0 {
+				t.release(root.blk)
+				t.root = 0
+			}
+			return
+		}
+		if len(root.kids) != 1 {
+			return
+		}
+		kid := root.kids[0]
+		var next *node
+		for d := range path {
+			if path[d].n.blk == kid {
+				next = path[d].n
+			} else if sibs[d].n != nil && sibs[d].n.blk == kid {
+				next = sibs[d].n
+			}
+		}
+		if next == nil {
+			// Not at hand: the single-child root stays, a valid tree.
+			return
+		}
+		t.release(root.blk)
+		t.root = kid
+		root = next
+	}
+}
+
+// Snapshot encodes every dirty node into its block image, marks them clean,
+// and returns the root and the blocks to write. Until Written, the
+// snapshotted nodes stay pinned in memory. Spare blocks reserved ahead of
+// operations are handed back through Pager.Free, so the checkpoint accounts
+// only for blocks it references.
+func (t *Tree) Snapshot() (root uint64, writes []BlockWrite) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, b := range t.spare {
+		t.p.Free(b)
+	}
+	t.spare = t.spare[:0]
+	ns := t.cfg.NodeSize
+	buf := make([]byte, len(t.dirty)*ns)
+	writes = make([]BlockWrite, 0, len(t.dirty))
+	for blk, n := range t.dirty {
+		d := buf[len(writes)*ns : (len(writes)+1)*ns : (len(writes)+1)*ns]
+		encode(n, &t.cfg, d)
+		writes = append(writes, BlockWrite{Blk: blk, Data: d})
+		t.inflight[blk] = n
+	}
+	clear(t.dirty)
+	slices.SortFunc(writes, func(a, b BlockWrite) int {
+		switch {
+		case a.Blk < b.Blk:
+			return -1
+		case a.Blk > b.Blk:
+			return 1
+		}
+		return 0
+	})
+	return t.root, writes
+}
+
+// Written says the writes of the Snapshots so far are durable: their nodes
+// move to the cache and may be evicted.
+func (t *Tree) Written() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, n := range t.inflight {
+		t.c.set(n, t.cfg.NodeSize)
+	}
+	clear(t.inflight)
+}
