@@ -84,6 +84,7 @@ func runModel(t *testing.T, seed uint64, ns, space, ops int) {
 	r := rand.New(rand.NewPCG(seed, seed*77))
 	h := newHarness(t, ns, 1<<20)
 	m := model{}
+	var sorted []string // m's keys in order, kept incrementally
 	maxE := MaxEntry(ns)
 	// Phases bias puts versus deletes so the tree grows tall, then shrinks
 	// to nothing (merges, root collapse), then grows again.
@@ -99,6 +100,10 @@ func runModel(t *testing.T, seed uint64, ns, space, ops int) {
 			if err := h.tr.Put(k, v); err != nil {
 				t.Fatalf("op %d Put: %v", op, err)
 			}
+			if _, ok := m[string(k)]; !ok {
+				i := sort.SearchStrings(sorted, string(k))
+				sorted = insertAt(sorted, i, string(k))
+			}
 			m[string(k)] = string(v)
 		case x < 90:
 			existed, err := h.tr.Delete(k)
@@ -107,6 +112,9 @@ func runModel(t *testing.T, seed uint64, ns, space, ops int) {
 			}
 			if _, ok := m[string(k)]; ok != existed {
 				t.Fatalf("op %d Delete existed=%v, model %v", op, existed, ok)
+			}
+			if existed {
+				sorted = removeAt(sorted, sort.SearchStrings(sorted, string(k)))
 			}
 			delete(m, string(k))
 		case x < 94:
@@ -117,13 +125,13 @@ func runModel(t *testing.T, seed uint64, ns, space, ops int) {
 			}
 		case x < 97:
 			gk, gv, ok, err := h.tr.SeekLE(k)
-			mk, mok := seekLEModel(m.sortedKeys(), string(k))
+			mk, mok := seekLEModel(sorted, string(k))
 			if err != nil || ok != mok || (ok && (string(gk) != mk || string(gv) != m[mk])) {
 				t.Fatalf("op %d SeekLE(%x): %x %v %v, model %x %v", op, k, gk, ok, err, mk, mok)
 			}
 		default:
 			// Ascend a few entries from k, and Seek.
-			ks := m.sortedKeys()
+			ks := sorted
 			i := sort.SearchStrings(ks, string(k))
 			n := 0
 			err := h.tr.Ascend(k, func(gk, gv []byte) bool {
