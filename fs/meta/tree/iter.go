@@ -40,13 +40,13 @@ func (cu *cursor) seek(key []byte) (bool, error) {
 		return false, err
 	}
 	for !n.leaf() {
-		i := upperBound(n.keys, key)
+		i := n.upperBound(key)
 		cu.stack = append(cu.stack, frame{n, i})
 		if n, err = cu.t.load(n.kids[i], n.level-1); err != nil {
 			return false, err
 		}
 	}
-	cu.stack = append(cu.stack, frame{n, lowerBound(n.keys, key)})
+	cu.stack = append(cu.stack, frame{n, n.lowerBound(key)})
 	return true, nil
 }
 

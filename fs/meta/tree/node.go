@@ -58,6 +58,71 @@ type node struct {
 	vals  [][]byte // leaf only
 	kids  []uint64 // internal only
 	size  int      // encoded bytes including the header
+	// pfx[i] is keyPrefix(keys[i]), only for immutable (clean) nodes, nil
+	// otherwise: binary search then stays in one small array instead of
+	// chasing a pointer per comparison (about twice as fast when cold).
+	pfx []uint64
+}
+
+// keyPrefix is k's first 8 bytes, zero-padded, big-endian. If two prefixes
+// differ, the keys compare the same way.
+func keyPrefix(k []byte) uint64 {
+	if len(k) >= 8 {
+		return binary.BigEndian.Uint64(k)
+	}
+	var b [8]byte
+	copy(b[:], k)
+	return binary.BigEndian.Uint64(b[:])
+}
+
+// freeze builds pfx; the node must not change afterwards.
+func (n *node) freeze() {
+	if n.pfx != nil || len(n.keys) == 0 {
+		return
+	}
+	p := make([]uint64, len(n.keys))
+	for i, k := range n.keys {
+		p[i] = keyPrefix(k)
+	}
+	n.pfx = p
+}
+
+// lowerBound is the first index i with keys[i] >= key (a leaf's position).
+func (n *node) lowerBound(key []byte) int {
+	if n.pfx == nil {
+		return lowerBound(n.keys, key)
+	}
+	kp := keyPrefix(key)
+	lo, hi := 0, len(n.pfx)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		p := n.pfx[m]
+		if p < kp || (p == kp && bytes.Compare(n.keys[m], key) < 0) {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
+// upperBound is the first index i with keys[i] > key (an internal node's child).
+func (n *node) upperBound(key []byte) int {
+	if n.pfx == nil {
+		return upperBound(n.keys, key)
+	}
+	kp := keyPrefix(key)
+	lo, hi := 0, len(n.pfx)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		p := n.pfx[m]
+		if p < kp || (p == kp && bytes.Compare(n.keys[m], key) <= 0) {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
 }
 
 func (n *node) leaf() bool { return n.level == 0 }
@@ -297,5 +362,6 @@ func decode(buf []byte, blk uint64, cfg *Config, wantLevel int) (*node, error) {
 	if p != used {
 		return nil, bad("entries end at %d, header says %d", p, used)
 	}
+	n.freeze()
 	return n, nil
 }

@@ -171,11 +171,11 @@ func (t *Tree) get(key []byte) ([]byte, bool, error) {
 		return nil, false, err
 	}
 	for !n.leaf() {
-		if n, err = t.load(n.kids[upperBound(n.keys, key)], n.level-1); err != nil {
+		if n, err = t.load(n.kids[n.upperBound(key)], n.level-1); err != nil {
 			return nil, false, err
 		}
 	}
-	i := lowerBound(n.keys, key)
+	i := n.lowerBound(key)
 	if i < len(n.keys) && bytes.Equal(n.keys[i], key) {
 		return bytes.Clone(n.vals[i]), true, nil
 	}
@@ -198,13 +198,13 @@ func (t *Tree) descend(key []byte) ([]frame, bool, error) {
 		return nil, false, err
 	}
 	for !n.leaf() {
-		i := upperBound(n.keys, key)
+		i := n.upperBound(key)
 		path = append(path, frame{n, i})
 		if n, err = t.load(n.kids[i], n.level-1); err != nil {
 			return nil, false, err
 		}
 	}
-	i := lowerBound(n.keys, key)
+	i := n.lowerBound(key)
 	path = append(path, frame{n, i})
 	return path, i < len(n.keys) && bytes.Equal(n.keys[i], key), nil
 }
@@ -235,7 +235,7 @@ func (t *Tree) take() uint64 {
 func (t *Tree) release(blk uint64) {
 	delete(t.dirty, blk)
 	delete(t.inflight, blk)
-	t.c.forget(blk)
+	t.c.Invalidate(blk)
 	t.p.Free(blk)
 }
 
@@ -567,14 +567,14 @@ func (l *node) join(r *node, sep []byte) *node {
 func (t *Tree) collapseRoot(path, sibs []frame) {
 	root := path[0].n
 	for {
-		if root.leaf() {
-			if root.count() == 0 {
-				t.release(root.blk)
-				t.root = 0
-			}
+		if root.count() == 0 {
+			// An empty leaf, or an internal root whose last child went
+			// (possible only below a single-child root left earlier).
+			t.release(root.blk)
+			t.root = 0
 			return
 		}
-		if len(root.kids) != 1 {
+		if root.leaf() || len(root.kids) != 1 {
 			return
 		}
 		kid := root.kids[0]
@@ -631,11 +631,19 @@ func (t *Tree) Snapshot() (root uint64, writes []BlockWrite) {
 }
 
 // Written says the writes of the Snapshots so far are durable: their nodes
-// move to the cache and may be evicted.
+// move to the cache and may be evicted. Tree operations may run between
+// Snapshot and Written; they read the snapshotted nodes from memory and
+// copy them on change like any clean node. If a checkpoint's writes fail,
+// the device lacks those nodes: do not call Written (they stay pinned) and
+// stop using the tree's on-device state.
 func (t *Tree) Written() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	// Blocks written now may be reallocated ones: drain stale cache writes
+	// of their previous lives before they become readable as clean nodes.
+	t.c.settle()
 	for _, n := range t.inflight {
+		n.freeze()
 		t.c.set(n, t.cfg.NodeSize)
 	}
 	clear(t.inflight)

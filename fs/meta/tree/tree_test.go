@@ -82,9 +82,10 @@ func TestModel(t *testing.T) {
 
 func runModel(t *testing.T, seed uint64, ns, space, ops int) {
 	r := rand.New(rand.NewPCG(seed, seed*77))
-	h := newHarness(t, ns, 1<<20)
+	h := newHarness(t, ns, 64<<10) // small: clean nodes get evicted and re-read
 	m := model{}
 	var sorted []string // m's keys in order, kept incrementally
+	var inflight *pendingCP
 	maxE := MaxEntry(ns)
 	// Phases bias puts versus deletes so the tree grows tall, then shrinks
 	// to nothing (merges, root collapse), then grows again.
@@ -155,7 +156,20 @@ func runModel(t *testing.T, seed uint64, ns, space, ops int) {
 		if op%997 == 0 {
 			h.checkLive()
 		}
+		// A checkpoint in flight while operations go on: they must read
+		// the snapshotted nodes from memory (the device lacks them).
+		if inflight != nil && (r.IntN(50) == 0 || op == ops-1) {
+			h.finish(inflight)
+			inflight = nil
+		}
+		if inflight == nil && r.IntN(700) == 0 {
+			inflight = h.snapshot()
+		}
 		if r.IntN(700) == 0 || op == ops-1 {
+			if inflight != nil {
+				h.finish(inflight)
+				inflight = nil
+			}
 			h.checkpoint()
 			// A fresh tree on the durable root with an empty cache: persistence.
 			fresh, err := Open(h.p, nil, h.cfg, h.durable)
