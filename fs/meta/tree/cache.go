@@ -83,4 +83,3 @@ func (c *Cache) set(n *node, cost int) {
 		c.rc.Set(n.blk, n, int64(cost))
 	}
 }
-
