@@ -68,19 +68,28 @@ func TestModel(t *testing.T) {
 		ns    int
 		space int
 		ops   int
+		big   bool
 	}{
-		{1, 4096, 3000, 30000},
-		{2, 4096, 200, 20000},
-		{3, 8192, 5000, 20000},
-		{4, 4096, 20000, 30000},
+		{1, 4096, 3000, 30000, false},
+		{2, 4096, 200, 20000, false},
+		{3, 8192, 5000, 20000, false},
+		{4, 4096, 20000, 30000, false},
+		// Long keys only: internal nodes hold ~12 separators, so internal
+		// nodes split, merge and redistribute often.
+		{5, 4096, 8000, 30000, true},
 	} {
 		t.Run(fmt.Sprintf("seed%d-ns%d", tc.seed, tc.ns), func(t *testing.T) {
-			runModel(t, tc.seed, tc.ns, tc.space, tc.ops)
+			runModel(t, tc.seed, tc.ns, tc.space, tc.ops, tc.big)
 		})
 	}
 }
 
-func runModel(t *testing.T, seed uint64, ns, space, ops int) {
+// bigKey is a 300-byte key with the index near the end, so prefixes tie.
+func bigKey(r *rand.Rand, space int) []byte {
+	return fmt.Appendf(nil, "%0290d%010d", 0, r.IntN(space))
+}
+
+func runModel(t *testing.T, seed uint64, ns, space, ops int, big bool) {
 	r := rand.New(rand.NewPCG(seed, seed*77))
 	h := newHarness(t, ns, 64<<10) // small: clean nodes get evicted and re-read
 	m := model{}
@@ -95,9 +104,15 @@ func runModel(t *testing.T, seed uint64, ns, space, ops int) {
 			putBias = 25
 		}
 		k := randKey(r, space)
+		if big {
+			k = bigKey(r, space)
+		}
 		switch x := r.IntN(100); {
 		case x < putBias:
 			v := randVal(r, maxE-len(k))
+			if big {
+				v = v[:min(len(v), 8)]
+			}
 			if err := h.tr.Put(k, v); err != nil {
 				t.Fatalf("op %d Put: %v", op, err)
 			}
