@@ -194,7 +194,8 @@ func (t *Tree) SeekLE(key []byte) (k, v []byte, ok bool, err error) {
 
 // Update runs fn under the tree's write lock, so the reads and writes it
 // makes through tx are atomic with respect to other tree operations. Changes
-// made before fn returns an error are kept (there is no rollback); fn must
+// made before fn returns an error are kept (there is no rollback; call
+// tx.Reserve first so a block shortage cannot stop fn half-way); fn must
 // not call the Tree's own methods (deadlock) nor keep tx.
 func (t *Tree) Update(fn func(tx *Tx) error) error {
 	t.mu.Lock()
@@ -240,6 +241,19 @@ func (tx *Tx) Ascend(from []byte, fn func(k, v []byte) bool) error {
 		return ErrTxDone
 	}
 	return tx.t.ascend(from, fn)
+}
+
+// Reserve allocates, ahead of time, enough blocks that the next ops calls
+// of Put and Delete in this transaction cannot fail for lack of a block:
+// after it succeeds, a read-modify-write such as merging two free extents
+// (Delete, then Put) is all-or-nothing even on a nearly full device. Unused
+// blocks are handed back through Pager.Free at the next Snapshot. On error
+// nothing changed.
+func (tx *Tx) Reserve(ops int) error {
+	if tx.t == nil {
+		return ErrTxDone
+	}
+	return tx.t.reserveOps(ops)
 }
 
 // Seek returns (copies of) the first entry with key >= from.

@@ -224,6 +224,28 @@ func (t *Tree) reserve(need int, hint uint64) error {
 	return nil
 }
 
+// reserveOps reserves blocks for ops Put/Delete calls. Each needs at most a
+// copy of every path node, a split (or, for Delete, a sibling copy) per
+// level and a new root; each may also add a level.
+func (t *Tree) reserveOps(ops int) error {
+	if ops <= 0 {
+		return nil
+	}
+	height := 0
+	if t.root != 0 {
+		r, err := t.load(t.root, -1)
+		if err != nil {
+			return err
+		}
+		height = r.level + 1
+	}
+	need := 0
+	for i := range ops {
+		need += 2*(height+i) + 1
+	}
+	return t.reserve(need, t.root)
+}
+
 // take returns a reserved block.
 func (t *Tree) take() uint64 {
 	b := t.spare[len(t.spare)-1]
