@@ -305,13 +305,15 @@ func (t *Tree) put(key, val []byte) error {
 	if err := t.checkEntry(key, val); err != nil {
 		return err
 	}
-	// One allocation for both: the tree keeps them as long as the entry lives.
-	kv := make([]byte, len(key)+len(val))
-	copy(kv, key)
-	copy(kv[len(key):], val)
-	k, v := kv[:len(key):len(key)], kv[len(key):]
-
+	// Copies the tree owns; a new entry's key and value share one allocation.
+	entry := func() (k, v []byte) {
+		kv := make([]byte, len(key)+len(val))
+		copy(kv, key)
+		copy(kv[len(key):], val)
+		return kv[:len(key):len(key)], kv[len(key):]
+	}
 	if t.root == 0 {
+		k, v := entry()
 		if err := t.reserve(1, 0); err != nil {
 			return err
 		}
@@ -327,9 +329,20 @@ func (t *Tree) put(key, val []byte) error {
 	}
 	leaf := path[len(path)-1].n
 	i := path[len(path)-1].i
-	newSize := leaf.size + leafEntryHdr + len(k) + len(v)
+	var k, v []byte
+	var newSize int
 	if found {
+		if bytes.Equal(leaf.vals[i], val) {
+			return nil // nothing to change, nothing to copy
+		}
+		v = bytes.Clone(val)
+		if v == nil {
+			v = []byte{}
+		}
 		newSize = leaf.size - len(leaf.vals[i]) + len(v)
+	} else {
+		k, v = entry()
+		newSize = leaf.size + leafEntryHdr + len(k) + len(v)
 	}
 	// Blocks needed: copies of clean path nodes, plus one per level that may
 	// split (a parent may split if a maximal separator would overflow it),

@@ -434,3 +434,32 @@ func TestConcurrentReaders(t *testing.T) {
 	}
 	h.checkLive()
 }
+
+// TestPutSameValue: rewriting an identical value copies nothing.
+func TestPutSameValue(t *testing.T) {
+	h := newHarness(t, 4096, 1<<20)
+	for i := range 1000 {
+		if err := h.tr.Put(fmt.Appendf(nil, "k%04d", i), []byte("same")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.checkpoint()
+	root := h.tr.Root()
+	if err := h.tr.Put([]byte("k0500"), []byte("same")); err != nil {
+		t.Fatal(err)
+	}
+	if h.tr.Dirty() != 0 || h.tr.Root() != root {
+		t.Fatalf("identical Put dirtied %d nodes", h.tr.Dirty())
+	}
+	if err := h.tr.Put([]byte("k0500"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok, err := h.tr.Get([]byte("k0500")); err != nil || !ok || len(v) != 0 {
+		t.Fatalf("empty value: %q %v %v", v, ok, err)
+	}
+	if h.tr.Dirty() == 0 || h.tr.Root() == root {
+		t.Fatal("changed Put did not copy the path")
+	}
+	h.checkLive()
+	h.checkpoint()
+}
