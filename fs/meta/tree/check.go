@@ -32,6 +32,7 @@ func (t *Tree) checkLoad(blk uint64, want int) (*node, error) {
 // nodes, separators against children, levels, empty nodes, blocks reached
 // twice), calling visit (if not nil) for each node block it reaches, also
 // unreadable ones (level -1 if unknown), so fsck can account for them.
+// visit runs under the shared lock and must not call the tree.
 func (t *Tree) Check(visit func(blk uint64, level int)) []error {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
