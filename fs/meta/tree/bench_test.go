@@ -191,6 +191,7 @@ func BenchmarkSnapshot(b *testing.B) {
 			tr.dirty[blk] = n
 		}
 		clear(tr.inflight)
+		clear(tr.images)
 		tr.mu.Unlock()
 		if _, w := tr.Snapshot(); len(w) != nodes {
 			b.Fatalf("%d writes, want %d", len(w), nodes)

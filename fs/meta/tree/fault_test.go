@@ -211,10 +211,11 @@ func TestCorruptStructure(t *testing.T) {
 	lv := levels(t, h)
 	cfg := h.cfg
 	rewrite := func(blk uint64, f func(n *node)) {
-		n, err := decode(append([]byte(nil), h.p.dev[blk]...), blk, &cfg, -1)
+		d, err := decode(append([]byte(nil), h.p.dev[blk]...), blk, &cfg, -1)
 		if err != nil {
 			t.Fatal(err)
 		}
+		n := d.clone(blk) // open form, to edit
 		f(n)
 		n.size = n.computeSize()
 		buf := make([]byte, cfg.NodeSize)

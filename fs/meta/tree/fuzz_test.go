@@ -92,18 +92,24 @@ func FuzzDecodeNode(f *testing.F) {
 			if err != nil {
 				t.Fatalf("re-encoded node rejected: %v", err)
 			}
-			if n2.level != n.level || n2.size != n.size || len(n2.keys) != len(n.keys) || len(n2.kids) != len(n.kids) {
+			if n2.level != n.level || n2.size != n.size || n2.nkeys() != n.nkeys() || n2.nkids() != n.nkids() {
 				t.Fatalf("round trip changed the node")
 			}
-			for i := range n.keys {
-				if !bytes.Equal(n.keys[i], n2.keys[i]) || (n.leaf() && !bytes.Equal(n.vals[i], n2.vals[i])) {
+			// Through the open form too (what a copy-on-write makes).
+			n3 := n.clone(fuzzBlk)
+			for i := range n.nkeys() {
+				if !bytes.Equal(n.key(i), n2.key(i)) || !bytes.Equal(n.key(i), n3.keys[i]) ||
+					(n.leaf() && (!bytes.Equal(n.val(i), n2.val(i)) || !bytes.Equal(n.val(i), n3.vals[i]))) {
 					t.Fatalf("round trip changed entry %d", i)
 				}
 			}
-			for i := range n.kids {
-				if n.kids[i] != n2.kids[i] {
+			for i := range n.nkids() {
+				if n.kid(i) != n2.kid(i) || n.kid(i) != n3.kids[i] {
 					t.Fatalf("round trip changed child %d", i)
 				}
+			}
+			if n3.computeSize() != n.size {
+				t.Fatalf("open form size %d, compact %d", n3.computeSize(), n.size)
 			}
 			// Only the used part is meaningful; encode zero-fills the rest.
 			if !bytes.Equal(out[:n.size], buf[:n.size]) && pass == 0 {

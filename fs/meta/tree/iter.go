@@ -22,7 +22,7 @@ func (cu *cursor) descendFrom(n *node, rightmost bool) error {
 			return nil
 		}
 		var err error
-		if n, err = cu.t.load(n.kids[i], n.level-1); err != nil {
+		if n, err = cu.t.load(n.kid(i), n.level-1); err != nil {
 			return err
 		}
 	}
@@ -42,7 +42,7 @@ func (cu *cursor) seek(key []byte) (bool, error) {
 	for !n.leaf() {
 		i := n.upperBound(key)
 		cu.stack = append(cu.stack, frame{n, i})
-		if n, err = cu.t.load(n.kids[i], n.level-1); err != nil {
+		if n, err = cu.t.load(n.kid(i), n.level-1); err != nil {
 			return false, err
 		}
 	}
@@ -56,12 +56,12 @@ func (cu *cursor) valid() bool {
 		return false
 	}
 	f := cu.stack[len(cu.stack)-1]
-	return f.i >= 0 && f.i < len(f.n.keys)
+	return f.i >= 0 && f.i < f.n.nkeys()
 }
 
 func (cu *cursor) entry() (k, v []byte) {
 	f := cu.stack[len(cu.stack)-1]
-	return f.n.keys[f.i], f.n.vals[f.i]
+	return f.n.key(f.i), f.n.val(f.i)
 }
 
 // settleForward moves to the next entry at or after the position, crossing
@@ -72,8 +72,8 @@ func (cu *cursor) settleForward() error {
 		for len(cu.stack) > 0 {
 			top := &cu.stack[len(cu.stack)-1]
 			top.i++
-			if top.i < len(top.n.kids) {
-				n, err := cu.t.load(top.n.kids[top.i], top.n.level-1)
+			if top.i < top.n.nkids() {
+				n, err := cu.t.load(top.n.kid(top.i), top.n.level-1)
 				if err != nil {
 					return err
 				}
@@ -96,7 +96,7 @@ func (cu *cursor) settleBackward() error {
 			top := &cu.stack[len(cu.stack)-1]
 			top.i--
 			if top.i >= 0 {
-				n, err := cu.t.load(top.n.kids[top.i], top.n.level-1)
+				n, err := cu.t.load(top.n.kid(top.i), top.n.level-1)
 				if err != nil {
 					return err
 				}
@@ -157,7 +157,7 @@ func (t *Tree) seekLE(key []byte) (k, v []byte, ok bool, err error) {
 	}
 	// seek stops at the first entry >= key: step back unless it is key.
 	top := &cu.stack[len(cu.stack)-1]
-	if !(top.i < len(top.n.keys) && bytes.Equal(top.n.keys[top.i], key)) {
+	if !(top.i < top.n.nkeys() && bytes.Equal(top.n.key(top.i), key)) {
 		top.i--
 	}
 	if err := cu.settleBackward(); err != nil || !cu.valid() {

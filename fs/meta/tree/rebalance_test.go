@@ -87,11 +87,11 @@ func TestRebalanceInternalClean(t *testing.T) {
 			}
 			// Make the path to the left child dirty, as Delete would.
 			path := []frame{{root, 0}}
-			a, err := tr.load(root.kids[0], 1)
+			a, err := tr.load(root.kid(0), 1)
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, err := tr.load(root.kids[1], 1)
+			b, err := tr.load(root.kid(1), 1)
 			if err != nil {
 				t.Fatal(err)
 			}
