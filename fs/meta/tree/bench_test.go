@@ -6,9 +6,29 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
+
+// cpuTime is the process's user+system CPU time: on a shared, loaded machine
+// it is a steadier measure than wall time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU adds a "cpu-ns/op" metric covering the benchmark loop (all of
+// the process's goroutines, GC included).
+func reportCPU(b *testing.B) func() {
+	start := cpuTime()
+	return func() {
+		b.ReportMetric(float64((cpuTime() - start).Nanoseconds())/float64(b.N), "cpu-ns/op")
+	}
+}
 
 // Benchmarks run on a tree of TREE_BENCH_N entries (default 1M; e.g.
 // TREE_BENCH_N=10000000 for 10M) with 16-byte keys and values, the shape of
@@ -111,6 +131,7 @@ func BenchmarkGet(b *testing.B) {
 	}
 	h0, m0 := bt.c.Metrics()
 	b.ResetTimer()
+	defer reportCPU(b)()
 	for i := 0; b.Loop(); i++ {
 		if _, ok, err := bt.tr.Get(keys[i&4095]); !ok || err != nil {
 			b.Fatal(ok, err)
@@ -127,6 +148,7 @@ func BenchmarkGetRandom(b *testing.B) {
 	bt := fixture(b)
 	r := rand.New(rand.NewPCG(3, 4))
 	k := make([]byte, 16)
+	defer reportCPU(b)()
 	for b.Loop() {
 		i := r.Uint64N(bt.n)
 		binary.BigEndian.PutUint64(k, i*0x9E3779B97F4A7C15)
@@ -142,6 +164,7 @@ func BenchmarkGetRandom(b *testing.B) {
 func BenchmarkPut(b *testing.B) {
 	bt := fixture(b)
 	val := make([]byte, 16)
+	defer reportCPU(b)()
 	for b.Loop() {
 		if err := bt.tr.Put(benchKey(bt.next), val); err != nil {
 			b.Fatal(err)
@@ -160,6 +183,7 @@ func BenchmarkSeekLE(b *testing.B) {
 	bt := fixture(b)
 	r := rand.New(rand.NewPCG(5, 6))
 	k := make([]byte, 16)
+	defer reportCPU(b)()
 	for b.Loop() {
 		binary.BigEndian.PutUint64(k, r.Uint64())
 		if _, _, _, err := bt.tr.SeekLE(k); err != nil {
@@ -184,6 +208,7 @@ func BenchmarkSnapshot(b *testing.B) {
 	}
 	nodes := tr.Dirty()
 	b.SetBytes(int64(nodes * 4096))
+	cpu0 := cpuTime()
 	for b.Loop() {
 		// Re-dirty the same nodes without copying: move them back.
 		tr.mu.Lock()
@@ -198,4 +223,5 @@ func BenchmarkSnapshot(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*nodes), "ns/node")
+	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N*nodes), "cpu-ns/node")
 }
