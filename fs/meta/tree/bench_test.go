@@ -26,7 +26,7 @@ func cpuTime() time.Duration {
 func reportCPU(b *testing.B) func() {
 	start := cpuTime()
 	return func() {
-		b.ReportMetric(float64((cpuTime() - start).Nanoseconds())/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64((cpuTime()-start).Nanoseconds())/float64(b.N), "cpu-ns/op")
 	}
 }
 
