@@ -32,6 +32,7 @@ func (t *Tree) checkLoad(blk uint64, want int) (*node, error) {
 // nodes, separators against children, levels, empty nodes, blocks reached
 // twice), calling visit (if not nil) for each node block it reaches, also
 // unreadable ones (level -1 if unknown), so fsck can account for them.
+// visit runs under the shared lock and must not call the tree.
 func (t *Tree) Check(visit func(blk uint64, level int)) []error {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
@@ -62,15 +63,15 @@ func (t *Tree) Check(visit func(blk uint64, level int)) []error {
 		bad := func(format string, args ...any) {
 			errs = append(errs, fmt.Errorf("%w: block %d (owner %d, level %d): %s", ErrCorrupt, blk, t.cfg.Owner, n.level, fmt.Sprintf(format, args...)))
 		}
-		if n.leaf() && len(n.keys) == 0 {
+		if n.leaf() && n.nkeys() == 0 {
 			bad("empty leaf")
 		}
-		if !n.leaf() && isRoot && len(n.kids) < 2 {
-			bad("internal root with %d child", len(n.kids))
+		if !n.leaf() && isRoot && n.nkids() < 2 {
+			bad("internal root with %d child", n.nkids())
 		}
 		// Decoding checked order within the node; check the bounds.
-		if len(n.keys) > 0 {
-			first, last := n.keys[0], n.keys[len(n.keys)-1]
+		if nk := n.nkeys(); nk > 0 {
+			first, last := n.key(0), n.key(nk-1)
 			if lo != nil && (bytes.Compare(first, lo) < 0 || (!n.leaf() && bytes.Equal(first, lo))) {
 				bad("key %q below the parent's separator %q", first, lo)
 			}
@@ -81,15 +82,15 @@ func (t *Tree) Check(visit func(blk uint64, level int)) []error {
 		if n.leaf() {
 			return
 		}
-		for i, c := range n.kids {
+		for i := range n.nkids() {
 			clo, chi := lo, hi
 			if i > 0 {
-				clo = n.keys[i-1]
+				clo = n.key(i - 1)
 			}
-			if i < len(n.keys) {
-				chi = n.keys[i]
+			if i < n.nkeys() {
+				chi = n.key(i)
 			}
-			walk(c, n.level-1, clo, chi, false)
+			walk(n.kid(i), n.level-1, clo, chi, false)
 		}
 	}
 	walk(t.root, -1, nil, nil, true)
@@ -112,8 +113,8 @@ func (t *Tree) Blocks(fn func(blk uint64)) error {
 			return err
 		}
 		fn(blk)
-		for _, c := range n.kids {
-			if err := walk(c, n.level-1); err != nil {
+		for i := range n.nkids() {
+			if err := walk(n.kid(i), n.level-1); err != nil {
 				return err
 			}
 		}

@@ -17,7 +17,8 @@
 //	 24    8 self: the block number this node was written to
 //	 32   16 filesystem uuid
 //	 48   16 reserved, written as zero
-//	 64      entries, packed, no gaps; bytes from used to NodeSize are zero
+//	 64      entries, packed, no gaps; bytes from used to NodeSize are written
+//	         as zero (covered by the checksum, not interpreted)
 //
 // Leaf entry:     u16 klen, u16 vlen, key, value.
 // Internal entry: u64 child block, u16 klen, key. The first entry's key is
@@ -42,4 +43,24 @@
 // Clean nodes are read on demand and kept in the shared, byte-bounded Cache.
 // Allocation happens before any node changes, so an Alloc failure leaves the
 // tree exactly as it was.
+//
+// # Checkpoints
+//
+// Snapshot encodes the dirty nodes and returns them with the new root; the
+// caller writes them, makes them durable, records the root, then calls
+// Written. A block reported through Pager.Free before Snapshot N is not
+// referenced by checkpoint N and may be reused once checkpoint N is durable;
+// one freed after Snapshot N (operations may continue while its writes are
+// in flight) may still be referenced by it and waits for checkpoint N+1.
+// Blocks of the last durable checkpoint are never written by a later
+// Snapshot, so a crash at any point leaves that checkpoint intact.
+//
+// # Locking
+//
+// Each tree has one RWMutex, a leaf lock for callers: while holding it the
+// tree calls only Pager and Cache methods, and Pager methods must not call
+// the tree. Readers (Get, Seek, SeekLE, Ascend, Check, Blocks) share it and
+// may load and cache the same clean node concurrently; writers (Put, Delete,
+// Update, Snapshot, Written) hold it exclusively. The Cache is safe for
+// concurrent use by all trees of a mount.
 package tree

@@ -211,10 +211,11 @@ func TestCorruptStructure(t *testing.T) {
 	lv := levels(t, h)
 	cfg := h.cfg
 	rewrite := func(blk uint64, f func(n *node)) {
-		n, err := decode(append([]byte(nil), h.p.dev[blk]...), blk, &cfg, -1)
+		d, err := decode(append([]byte(nil), h.p.dev[blk]...), blk, &cfg, -1)
 		if err != nil {
 			t.Fatal(err)
 		}
+		n := d.clone(blk) // open form, to edit
 		f(n)
 		n.size = n.computeSize()
 		buf := make([]byte, cfg.NodeSize)
@@ -315,4 +316,36 @@ func TestCachePressure(t *testing.T) {
 	}
 	t.Logf("hits %d misses %d device reads %d", hits, misses, h.p.reads)
 	h.checkLive()
+}
+
+// TestTxReserve: after Reserve, Delete+Put in one Update succeed with Alloc
+// failing, and without Reserve the same Update fails cleanly.
+func TestTxReserve(t *testing.T) {
+	h, m := corruptFixture(t)
+	merge := func(tx *Tx, reserve bool) error {
+		if reserve {
+			if err := tx.Reserve(2); err != nil {
+				return err
+			}
+		}
+		h.p.failIn, h.p.failAll = 1, true
+		defer func() { h.p.failIn, h.p.failAll = 0, false }()
+		if _, err := tx.Delete([]byte("key000100")); err != nil {
+			return err
+		}
+		return tx.Put([]byte("key000099"), []byte("merged"))
+	}
+	// Without a reservation the Delete already fails (clean path): nothing changed.
+	if err := h.tr.Update(func(tx *Tx) error { return merge(tx, false) }); !errors.Is(err, errNoSpace) {
+		t.Fatalf("unreserved: %v", err)
+	}
+	compare(t, h.tr, m)
+	if err := h.tr.Update(func(tx *Tx) error { return merge(tx, true) }); err != nil {
+		t.Fatalf("reserved: %v", err)
+	}
+	delete(m, "key000100")
+	m["key000099"] = "merged"
+	compare(t, h.tr, m)
+	h.checkLive()
+	h.checkpoint()
 }

@@ -151,9 +151,17 @@ func (h *harness) reachable(root uint64) map[uint64]bool {
 	return set
 }
 
-// checkpoint runs Snapshot, checks COW safety, writes the blocks to the
-// fake device, calls Written and releases frees made before the snapshot.
-func (h *harness) checkpoint() {
+// pendingCP is a snapshot whose writes are not on the device yet.
+type pendingCP struct {
+	root        uint64
+	writes      []BlockWrite
+	freedBefore []uint64        // frees reported before the snapshot
+	live        map[uint64]bool // allocated at snapshot time
+}
+
+// snapshot runs Snapshot and checks COW safety: no write lands on a block of
+// the durable checkpoint, and every write is to an allocated block.
+func (h *harness) snapshot() *pendingCP {
 	t := h.t
 	t.Helper()
 	h.p.mu.Lock()
@@ -180,33 +188,45 @@ func (h *harness) checkpoint() {
 		if len(w.Data) != h.cfg.NodeSize {
 			t.Fatalf("write of %d bytes", len(w.Data))
 		}
-		h.p.mu.Lock()
-		h.p.dev[w.Blk] = bytes.Clone(w.Data)
-		h.p.mu.Unlock()
 	}
+	return &pendingCP{root: root, writes: writes, freedBefore: freedBefore, live: live}
+}
+
+// finish writes the snapshot's blocks to the fake device, calls Written,
+// checks the durable tree references exactly the blocks allocated at
+// snapshot time (no leak, nothing freed), and makes the frees reported
+// before the snapshot reusable.
+func (h *harness) finish(cp *pendingCP) {
+	t := h.t
+	t.Helper()
+	h.p.mu.Lock()
+	for _, w := range cp.writes {
+		h.p.dev[w.Blk] = bytes.Clone(w.Data)
+	}
+	h.p.mu.Unlock()
 	h.tr.Written()
-	reach := h.reachable(root)
-	for _, b := range freedBefore {
+	reach := h.reachable(cp.root)
+	for _, b := range cp.freedBefore {
 		if reach[b] {
 			t.Fatalf("checkpoint references block %d freed before it", b)
 		}
 	}
-	// No leaks: what is allocated is exactly what the checkpoint references.
-	if len(reach) != len(live) {
-		t.Fatalf("checkpoint references %d blocks, %d allocated", len(reach), len(live))
+	if len(reach) != len(cp.live) {
+		t.Fatalf("checkpoint references %d blocks, %d allocated", len(reach), len(cp.live))
 	}
 	for b := range reach {
-		if !live[b] {
+		if !cp.live[b] {
 			t.Fatalf("checkpoint references unallocated block %d", b)
 		}
 	}
-	h.durable, h.durReach = root, reach
-	// The new checkpoint is durable: earlier frees may be reused.
+	h.durable, h.durReach = cp.root, reach
 	h.p.mu.Lock()
-	h.p.reusable = append(h.p.reusable, freedBefore...)
+	h.p.reusable = append(h.p.reusable, cp.freedBefore...)
 	h.p.mu.Unlock()
 	h.p.check(t)
 }
+
+func (h *harness) checkpoint() { h.finish(h.snapshot()) }
 
 // checkLive checks the in-memory invariant: allocated == reachable from the
 // in-memory root plus spares, and Check finds nothing.

@@ -22,7 +22,7 @@ func (cu *cursor) descendFrom(n *node, rightmost bool) error {
 			return nil
 		}
 		var err error
-		if n, err = cu.t.load(n.kids[i], n.level-1); err != nil {
+		if n, err = cu.t.load(n.kid(i), n.level-1); err != nil {
 			return err
 		}
 	}
@@ -40,13 +40,13 @@ func (cu *cursor) seek(key []byte) (bool, error) {
 		return false, err
 	}
 	for !n.leaf() {
-		i := upperBound(n.keys, key)
+		i := n.upperBound(key)
 		cu.stack = append(cu.stack, frame{n, i})
-		if n, err = cu.t.load(n.kids[i], n.level-1); err != nil {
+		if n, err = cu.t.load(n.kid(i), n.level-1); err != nil {
 			return false, err
 		}
 	}
-	cu.stack = append(cu.stack, frame{n, lowerBound(n.keys, key)})
+	cu.stack = append(cu.stack, frame{n, n.lowerBound(key)})
 	return true, nil
 }
 
@@ -56,12 +56,12 @@ func (cu *cursor) valid() bool {
 		return false
 	}
 	f := cu.stack[len(cu.stack)-1]
-	return f.i >= 0 && f.i < len(f.n.keys)
+	return f.i >= 0 && f.i < f.n.nkeys()
 }
 
 func (cu *cursor) entry() (k, v []byte) {
 	f := cu.stack[len(cu.stack)-1]
-	return f.n.keys[f.i], f.n.vals[f.i]
+	return f.n.key(f.i), f.n.val(f.i)
 }
 
 // settleForward moves to the next entry at or after the position, crossing
@@ -72,8 +72,8 @@ func (cu *cursor) settleForward() error {
 		for len(cu.stack) > 0 {
 			top := &cu.stack[len(cu.stack)-1]
 			top.i++
-			if top.i < len(top.n.kids) {
-				n, err := cu.t.load(top.n.kids[top.i], top.n.level-1)
+			if top.i < top.n.nkids() {
+				n, err := cu.t.load(top.n.kid(top.i), top.n.level-1)
 				if err != nil {
 					return err
 				}
@@ -96,7 +96,7 @@ func (cu *cursor) settleBackward() error {
 			top := &cu.stack[len(cu.stack)-1]
 			top.i--
 			if top.i >= 0 {
-				n, err := cu.t.load(top.n.kids[top.i], top.n.level-1)
+				n, err := cu.t.load(top.n.kid(top.i), top.n.level-1)
 				if err != nil {
 					return err
 				}
@@ -157,7 +157,7 @@ func (t *Tree) seekLE(key []byte) (k, v []byte, ok bool, err error) {
 	}
 	// seek stops at the first entry >= key: step back unless it is key.
 	top := &cu.stack[len(cu.stack)-1]
-	if !(top.i < len(top.n.keys) && bytes.Equal(top.n.keys[top.i], key)) {
+	if !(top.i < top.n.nkeys() && bytes.Equal(top.n.key(top.i), key)) {
 		top.i--
 	}
 	if err := cu.settleBackward(); err != nil || !cu.valid() {
@@ -194,7 +194,8 @@ func (t *Tree) SeekLE(key []byte) (k, v []byte, ok bool, err error) {
 
 // Update runs fn under the tree's write lock, so the reads and writes it
 // makes through tx are atomic with respect to other tree operations. Changes
-// made before fn returns an error are kept (there is no rollback); fn must
+// made before fn returns an error are kept (there is no rollback; call
+// tx.Reserve first so a block shortage cannot stop fn half-way); fn must
 // not call the Tree's own methods (deadlock) nor keep tx.
 func (t *Tree) Update(fn func(tx *Tx) error) error {
 	t.mu.Lock()
@@ -240,6 +241,19 @@ func (tx *Tx) Ascend(from []byte, fn func(k, v []byte) bool) error {
 		return ErrTxDone
 	}
 	return tx.t.ascend(from, fn)
+}
+
+// Reserve allocates, ahead of time, enough blocks that the next ops calls
+// of Put and Delete in this transaction cannot fail for lack of a block:
+// after it succeeds, a read-modify-write such as merging two free extents
+// (Delete, then Put) is all-or-nothing even on a nearly full device. Unused
+// blocks are handed back through Pager.Free at the next Snapshot. On error
+// nothing changed.
+func (tx *Tx) Reserve(ops int) error {
+	if tx.t == nil {
+		return ErrTxDone
+	}
+	return tx.t.reserveOps(ops)
 }
 
 // Seek returns (copies of) the first entry with key >= from.

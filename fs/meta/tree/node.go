@@ -47,17 +47,138 @@ func MaxEntry(nodeSize int) int {
 	return (nodeSize-hdrSize)/4 - innerEntryHdr
 }
 
-// node is the decoded form of one block. Clean nodes (from the device or the
-// cache) are immutable and may be shared between goroutines; only nodes in
-// the tree's dirty map are modified, under the tree's write lock.
+// node is the decoded form of one block, in one of two forms:
+//
+//   - compact (raw != nil): a node read from the device or published by
+//     Written. It keeps the block image and the offset of each entry, so its
+//     memory is about the node size (what the Cache charges) and it holds
+//     few pointers for the GC. Immutable; shared between goroutines.
+//   - open (raw == nil): keys, vals and kids as slices, for nodes being
+//     changed (dirty, under the tree's write lock) and snapshotted ones.
+//
+// Code that may see either form reads through key, val, kid and the counts.
 type node struct {
 	blk   uint64
 	owner uint64 // guards against a stale cache entry of another tree
 	level int
-	keys  [][]byte // leaf: one per entry; internal: separators, len(kids)-1
-	vals  [][]byte // leaf only
-	kids  []uint64 // internal only
-	size  int      // encoded bytes including the header
+	size  int // encoded bytes including the header
+
+	// Open form.
+	keys [][]byte // leaf: one per entry; internal: separators, len(kids)-1
+	vals [][]byte // leaf only
+	kids []uint64 // internal only
+
+	// Compact form.
+	raw  []byte   // the block image
+	offs []uint16 // offset of each encoded entry (children for internal nodes)
+	// pfx[i] is keyPrefix(key(i)): binary search stays in one small array
+	// instead of chasing a pointer per comparison.
+	pfx []uint64
+}
+
+// nkeys is the number of keys (entries of a leaf, separators of an internal node).
+func (n *node) nkeys() int {
+	if n.raw == nil {
+		return len(n.keys)
+	}
+	if n.level == 0 {
+		return len(n.offs)
+	}
+	return len(n.offs) - 1
+}
+
+// nkids is the number of children (0 for a leaf).
+func (n *node) nkids() int {
+	if n.level == 0 {
+		return 0
+	}
+	if n.raw == nil {
+		return len(n.kids)
+	}
+	return len(n.offs)
+}
+
+func (n *node) key(i int) []byte {
+	if n.raw == nil {
+		return n.keys[i]
+	}
+	if n.level == 0 {
+		o := int(n.offs[i])
+		kl := int(binary.LittleEndian.Uint16(n.raw[o:]))
+		o += leafEntryHdr
+		return n.raw[o : o+kl : o+kl]
+	}
+	o := int(n.offs[i+1])
+	kl := int(binary.LittleEndian.Uint16(n.raw[o+8:]))
+	o += innerEntryHdr
+	return n.raw[o : o+kl : o+kl]
+}
+
+func (n *node) val(i int) []byte {
+	if n.raw == nil {
+		return n.vals[i]
+	}
+	o := int(n.offs[i])
+	kl := int(binary.LittleEndian.Uint16(n.raw[o:]))
+	vl := int(binary.LittleEndian.Uint16(n.raw[o+2:]))
+	o += leafEntryHdr + kl
+	return n.raw[o : o+vl : o+vl]
+}
+
+func (n *node) kid(i int) uint64 {
+	if n.raw == nil {
+		return n.kids[i]
+	}
+	return binary.LittleEndian.Uint64(n.raw[n.offs[i]:])
+}
+
+// keyPrefix is k's first 8 bytes, zero-padded, big-endian. If two prefixes
+// differ, the keys compare the same way.
+func keyPrefix(k []byte) uint64 {
+	if len(k) >= 8 {
+		return binary.BigEndian.Uint64(k)
+	}
+	var b [8]byte
+	copy(b[:], k)
+	return binary.BigEndian.Uint64(b[:])
+}
+
+// lowerBound is the first index i with keys[i] >= key (a leaf's position).
+func (n *node) lowerBound(key []byte) int {
+	if n.raw == nil {
+		return lowerBound(n.keys, key)
+	}
+	kp := keyPrefix(key)
+	lo, hi := 0, len(n.pfx)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		p := n.pfx[m]
+		if p < kp || (p == kp && bytes.Compare(n.key(m), key) < 0) {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
+// upperBound is the first index i with keys[i] > key (an internal node's child).
+func (n *node) upperBound(key []byte) int {
+	if n.raw == nil {
+		return upperBound(n.keys, key)
+	}
+	kp := keyPrefix(key)
+	lo, hi := 0, len(n.pfx)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		p := n.pfx[m]
+		if p < kp || (p == kp && bytes.Compare(n.key(m), key) <= 0) {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
 }
 
 func (n *node) leaf() bool { return n.level == 0 }
@@ -65,20 +186,20 @@ func (n *node) leaf() bool { return n.level == 0 }
 // count is the number of entries as encoded (children for internal nodes).
 func (n *node) count() int {
 	if n.leaf() {
-		return len(n.keys)
+		return n.nkeys()
 	}
-	return len(n.kids)
+	return n.nkids()
 }
 
 // entrySize is the encoded size of entry j as counted by count().
 func (n *node) entrySize(j int) int {
 	if n.leaf() {
-		return leafEntryHdr + len(n.keys[j]) + len(n.vals[j])
+		return leafEntryHdr + len(n.key(j)) + len(n.val(j))
 	}
 	if j == 0 {
 		return innerEntryHdr
 	}
-	return innerEntryHdr + len(n.keys[j-1])
+	return innerEntryHdr + len(n.key(j-1))
 }
 
 func (n *node) computeSize() int {
@@ -89,17 +210,27 @@ func (n *node) computeSize() int {
 	return s
 }
 
-// clone returns a private, modifiable copy under a new block number. The
-// slices get their own backing arrays so that appends never reach the
-// (possibly cached and shared) original; key and value bytes are immutable
-// and shared.
+// clone returns a private, modifiable node in open form under a new block
+// number. The slices get their own backing arrays so that appends never
+// reach the (possibly cached and shared) original; key and value bytes are
+// immutable and shared.
 func (n *node) clone(blk uint64) *node {
 	c := &node{blk: blk, owner: n.owner, level: n.level, size: n.size}
-	c.keys = append(make([][]byte, 0, len(n.keys)+2), n.keys...)
+	nk := n.nkeys()
+	c.keys = make([][]byte, nk, nk+2)
+	for i := range nk {
+		c.keys[i] = n.key(i)
+	}
 	if n.leaf() {
-		c.vals = append(make([][]byte, 0, len(n.vals)+2), n.vals...)
+		c.vals = make([][]byte, nk, nk+2)
+		for i := range nk {
+			c.vals[i] = n.val(i)
+		}
 	} else {
-		c.kids = append(make([]uint64, 0, len(n.kids)+2), n.kids...)
+		c.kids = make([]uint64, n.nkids(), n.nkids()+2)
+		for i := range c.kids {
+			c.kids[i] = n.kid(i)
+		}
 	}
 	return c
 }
@@ -162,8 +293,8 @@ func encode(n *node, cfg *Config, buf []byte) {
 	clear(buf[offUUID+16 : hdrSize])
 	p := hdrSize
 	if n.leaf() {
-		for i, k := range n.keys {
-			v := n.vals[i]
+		for i := range n.nkeys() {
+			k, v := n.key(i), n.val(i)
 			le.PutUint16(buf[p:], uint16(len(k)))
 			le.PutUint16(buf[p+2:], uint16(len(v)))
 			p += leafEntryHdr
@@ -171,11 +302,11 @@ func encode(n *node, cfg *Config, buf []byte) {
 			p += copy(buf[p:], v)
 		}
 	} else {
-		for i, c := range n.kids {
-			le.PutUint64(buf[p:], c)
+		for i := range n.nkids() {
+			le.PutUint64(buf[p:], n.kid(i))
 			var k []byte
 			if i > 0 {
-				k = n.keys[i-1]
+				k = n.key(i - 1)
 			}
 			le.PutUint16(buf[p+8:], uint16(len(k)))
 			p += innerEntryHdr
@@ -233,69 +364,69 @@ func decode(buf []byte, blk uint64, cfg *Config, wantLevel int) (*node, error) {
 		return nil, bad("used %d out of range", used)
 	}
 	maxE := MaxEntry(cfg.NodeSize)
-	n := &node{blk: blk, owner: cfg.Owner, level: level, size: used}
+	n := &node{blk: blk, owner: cfg.Owner, level: level, size: used, raw: buf}
+	n.offs = make([]uint16, count)
 	p := hdrSize
+	var prev []byte
 	if level == 0 {
-		n.keys = make([][]byte, count)
-		n.vals = make([][]byte, count)
 		for i := range count {
 			if p+leafEntryHdr > used {
 				return nil, bad("entry %d header past end", i)
 			}
 			kl, vl := int(le.Uint16(buf[p:])), int(le.Uint16(buf[p+2:]))
-			p += leafEntryHdr
 			if kl+vl > maxE {
 				return nil, bad("entry %d is %d bytes, max %d", i, kl+vl, maxE)
 			}
-			if p+kl+vl > used {
+			if p+leafEntryHdr+kl+vl > used {
 				return nil, bad("entry %d past end", i)
 			}
-			n.keys[i] = buf[p : p+kl : p+kl]
-			p += kl
-			n.vals[i] = buf[p : p+vl : p+vl]
-			p += vl
-			if i > 0 && bytes.Compare(n.keys[i-1], n.keys[i]) >= 0 {
+			n.offs[i] = uint16(p)
+			k := buf[p+leafEntryHdr : p+leafEntryHdr+kl]
+			if i > 0 && bytes.Compare(prev, k) >= 0 {
 				return nil, bad("key %d out of order", i)
 			}
+			prev = k
+			p += leafEntryHdr + kl + vl
 		}
 	} else {
 		if count == 0 {
 			return nil, bad("internal node without children")
 		}
-		n.kids = make([]uint64, count)
-		n.keys = make([][]byte, count-1)
 		for i := range count {
 			if p+innerEntryHdr > used {
 				return nil, bad("entry %d header past end", i)
 			}
 			c := le.Uint64(buf[p:])
 			kl := int(le.Uint16(buf[p+8:]))
-			p += innerEntryHdr
 			if c == 0 || c == blk {
 				return nil, bad("child %d is block %d", i, c)
 			}
-			n.kids[i] = c
-			if i == 0 {
-				if kl != 0 {
-					return nil, bad("first separator not empty")
-				}
-				continue
+			if i == 0 && kl != 0 {
+				return nil, bad("first separator not empty")
 			}
 			if kl > maxE {
 				return nil, bad("separator %d is %d bytes, max %d", i, kl, maxE)
 			}
-			if p+kl > used {
+			if p+innerEntryHdr+kl > used {
 				return nil, bad("separator %d past end", i)
 			}
-			n.keys[i-1] = buf[p : p+kl : p+kl]
-			p += kl
-			if i > 1 && bytes.Compare(n.keys[i-2], n.keys[i-1]) >= 0 {
+			n.offs[i] = uint16(p)
+			k := buf[p+innerEntryHdr : p+innerEntryHdr+kl]
+			if i > 1 && bytes.Compare(prev, k) >= 0 {
 				return nil, bad("separator %d out of order", i)
 			}
+			prev = k
+			p += innerEntryHdr + kl
 		}
 	}
 	if p != used {
 		return nil, bad("entries end at %d, header says %d", p, used)
+	}
+	if nk := n.nkeys(); nk > 0 {
+		n.pfx = make([]uint64, nk)
+		for i := range nk {
+			n.pfx[i] = keyPrefix(n.key(i))
+		}
 	}
 	return n, nil
 }

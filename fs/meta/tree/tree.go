@@ -2,6 +2,7 @@ package tree
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -63,6 +64,9 @@ type Tree struct {
 	// clean (a change copies them) but pinned, because the device may not
 	// have them yet. Readers only read these maps, under the shared lock.
 	inflight map[uint64]*node
+	// images holds the block image Snapshot encoded for each inflight node;
+	// Written turns it into the compact node it caches.
+	images map[uint64][]byte
 	// spare holds blocks allocated ahead of an operation and not yet used
 	// (see reserve); Snapshot hands them back through Pager.Free.
 	spare []uint64
@@ -87,6 +91,7 @@ func Open(p Pager, c *Cache, cfg Config, root uint64) (*Tree, error) {
 		root:     root,
 		dirty:    make(map[uint64]*node),
 		inflight: make(map[uint64]*node),
+		images:   make(map[uint64][]byte),
 	}
 	if root != 0 {
 		if _, err := t.load(root, -1); err != nil {
@@ -171,13 +176,13 @@ func (t *Tree) get(key []byte) ([]byte, bool, error) {
 		return nil, false, err
 	}
 	for !n.leaf() {
-		if n, err = t.load(n.kids[upperBound(n.keys, key)], n.level-1); err != nil {
+		if n, err = t.load(n.kid(n.upperBound(key)), n.level-1); err != nil {
 			return nil, false, err
 		}
 	}
-	i := lowerBound(n.keys, key)
-	if i < len(n.keys) && bytes.Equal(n.keys[i], key) {
-		return bytes.Clone(n.vals[i]), true, nil
+	i := n.lowerBound(key)
+	if i < n.nkeys() && bytes.Equal(n.key(i), key) {
+		return bytes.Clone(n.val(i)), true, nil
 	}
 	return nil, false, nil
 }
@@ -198,15 +203,15 @@ func (t *Tree) descend(key []byte) ([]frame, bool, error) {
 		return nil, false, err
 	}
 	for !n.leaf() {
-		i := upperBound(n.keys, key)
+		i := n.upperBound(key)
 		path = append(path, frame{n, i})
-		if n, err = t.load(n.kids[i], n.level-1); err != nil {
+		if n, err = t.load(n.kid(i), n.level-1); err != nil {
 			return nil, false, err
 		}
 	}
-	i := lowerBound(n.keys, key)
+	i := n.lowerBound(key)
 	path = append(path, frame{n, i})
-	return path, i < len(n.keys) && bytes.Equal(n.keys[i], key), nil
+	return path, i < n.nkeys() && bytes.Equal(n.key(i), key), nil
 }
 
 // reserve makes sure at least need spare blocks are allocated, so that the
@@ -224,6 +229,28 @@ func (t *Tree) reserve(need int, hint uint64) error {
 	return nil
 }
 
+// reserveOps reserves blocks for ops Put/Delete calls. Each needs at most a
+// copy of every path node, a split (or, for Delete, a sibling copy) per
+// level and a new root; each may also add a level.
+func (t *Tree) reserveOps(ops int) error {
+	if ops <= 0 {
+		return nil
+	}
+	height := 0
+	if t.root != 0 {
+		r, err := t.load(t.root, -1)
+		if err != nil {
+			return err
+		}
+		height = r.level + 1
+	}
+	need := 0
+	for i := range ops {
+		need += 2*(height+i) + 1
+	}
+	return t.reserve(need, t.root)
+}
+
 // take returns a reserved block.
 func (t *Tree) take() uint64 {
 	b := t.spare[len(t.spare)-1]
@@ -235,7 +262,8 @@ func (t *Tree) take() uint64 {
 func (t *Tree) release(blk uint64) {
 	delete(t.dirty, blk)
 	delete(t.inflight, blk)
-	t.c.forget(blk)
+	delete(t.images, blk)
+	t.c.Invalidate(blk)
 	t.p.Free(blk)
 }
 
@@ -283,13 +311,15 @@ func (t *Tree) put(key, val []byte) error {
 	if err := t.checkEntry(key, val); err != nil {
 		return err
 	}
-	// One allocation for both: the tree keeps them as long as the entry lives.
-	kv := make([]byte, len(key)+len(val))
-	copy(kv, key)
-	copy(kv[len(key):], val)
-	k, v := kv[:len(key):len(key)], kv[len(key):]
-
+	// Copies the tree owns; a new entry's key and value share one allocation.
+	entry := func() (k, v []byte) {
+		kv := make([]byte, len(key)+len(val))
+		copy(kv, key)
+		copy(kv[len(key):], val)
+		return kv[:len(key):len(key)], kv[len(key):]
+	}
 	if t.root == 0 {
+		k, v := entry()
 		if err := t.reserve(1, 0); err != nil {
 			return err
 		}
@@ -305,9 +335,20 @@ func (t *Tree) put(key, val []byte) error {
 	}
 	leaf := path[len(path)-1].n
 	i := path[len(path)-1].i
-	newSize := leaf.size + leafEntryHdr + len(k) + len(v)
+	var k, v []byte
+	var newSize int
 	if found {
-		newSize = leaf.size - len(leaf.vals[i]) + len(v)
+		if bytes.Equal(leaf.val(i), val) {
+			return nil // nothing to change, nothing to copy
+		}
+		v = bytes.Clone(val)
+		if v == nil {
+			v = []byte{}
+		}
+		newSize = leaf.size - len(leaf.val(i)) + len(v)
+	} else {
+		k, v = entry()
+		newSize = leaf.size + leafEntryHdr + len(k) + len(v)
 	}
 	// Blocks needed: copies of clean path nodes, plus one per level that may
 	// split (a parent may split if a maximal separator would overflow it),
@@ -428,14 +469,14 @@ func (t *Tree) del(key []byte) (bool, error) {
 			break // no underflow here, so none above
 		}
 		p, ci := path[d-1].n, path[d-1].i
-		if len(p.kids) < 2 {
+		if p.nkids() < 2 {
 			continue
 		}
 		si := ci - 1
 		if ci == 0 {
 			si = 1
 		}
-		s, err := t.load(p.kids[si], n.level)
+		s, err := t.load(p.kid(si), n.level)
 		if err != nil {
 			return false, err
 		}
@@ -544,19 +585,21 @@ func (t *Tree) rebalance(p *node, ci int, c, s *node, si int) bool {
 	return true
 }
 
-// join returns a detached node holding l's entries then r's (sep between
-// the children of internal nodes). l and r are not changed.
+// join returns a detached node (open form) holding l's entries then r's
+// (sep between the children of internal nodes). l and r are not changed and
+// may be in either form.
 func (l *node) join(r *node, sep []byte) *node {
+	lc, rc := l.clone(0), r.clone(0)
 	j := &node{level: l.level, owner: l.owner}
-	j.keys = make([][]byte, 0, len(l.keys)+len(r.keys)+1)
-	j.keys = append(j.keys, l.keys...)
+	j.keys = make([][]byte, 0, len(lc.keys)+len(rc.keys)+1)
+	j.keys = append(j.keys, lc.keys...)
 	if l.leaf() {
-		j.keys = append(j.keys, r.keys...)
-		j.vals = append(append(make([][]byte, 0, len(l.vals)+len(r.vals)+1), l.vals...), r.vals...)
+		j.keys = append(j.keys, rc.keys...)
+		j.vals = append(append(make([][]byte, 0, len(lc.vals)+len(rc.vals)+1), lc.vals...), rc.vals...)
 		j.size = l.size + r.size - hdrSize
 	} else {
-		j.keys = append(append(j.keys, sep), r.keys...)
-		j.kids = append(append(make([]uint64, 0, len(l.kids)+len(r.kids)+1), l.kids...), r.kids...)
+		j.keys = append(append(j.keys, sep), rc.keys...)
+		j.kids = append(append(make([]uint64, 0, len(lc.kids)+len(rc.kids)+1), lc.kids...), rc.kids...)
 		j.size = l.size + r.size - hdrSize + len(sep)
 	}
 	return j
@@ -567,17 +610,17 @@ func (l *node) join(r *node, sep []byte) *node {
 func (t *Tree) collapseRoot(path, sibs []frame) {
 	root := path[0].n
 	for {
-		if root.leaf() {
-			if root.count() == 0 {
-				t.release(root.blk)
-				t.root = 0
-			}
+		if root.count() == 0 {
+			// An empty leaf, or an internal root whose last child went
+			// (possible only below a single-child root left earlier).
+			t.release(root.blk)
+			t.root = 0
 			return
 		}
-		if len(root.kids) != 1 {
+		if root.leaf() || root.nkids() != 1 {
 			return
 		}
-		kid := root.kids[0]
+		kid := root.kid(0)
 		var next *node
 		for d := range path {
 			if path[d].n.blk == kid {
@@ -597,10 +640,11 @@ func (t *Tree) collapseRoot(path, sibs []frame) {
 }
 
 // Snapshot encodes every dirty node into its block image, marks them clean,
-// and returns the root and the blocks to write. Until Written, the
-// snapshotted nodes stay pinned in memory. Spare blocks reserved ahead of
-// operations are handed back through Pager.Free, so the checkpoint accounts
-// only for blocks it references.
+// and returns the root and the blocks to write, in block order. Until
+// Written, the snapshotted nodes stay pinned in memory. Spare blocks
+// reserved ahead of operations are handed back through Pager.Free, so the
+// checkpoint accounts only for blocks it references. The tree keeps each
+// Data slice as the node's cached image: the caller must not modify it.
 func (t *Tree) Snapshot() (root uint64, writes []BlockWrite) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -609,34 +653,39 @@ func (t *Tree) Snapshot() (root uint64, writes []BlockWrite) {
 	}
 	t.spare = t.spare[:0]
 	ns := t.cfg.NodeSize
-	buf := make([]byte, len(t.dirty)*ns)
 	writes = make([]BlockWrite, 0, len(t.dirty))
 	for blk, n := range t.dirty {
-		d := buf[len(writes)*ns : (len(writes)+1)*ns : (len(writes)+1)*ns]
+		// One buffer per node: a cached node keeps its image alive, which
+		// must not pin a whole checkpoint's buffer.
+		d := make([]byte, ns)
 		encode(n, &t.cfg, d)
 		writes = append(writes, BlockWrite{Blk: blk, Data: d})
 		t.inflight[blk] = n
+		t.images[blk] = d
 	}
 	clear(t.dirty)
-	slices.SortFunc(writes, func(a, b BlockWrite) int {
-		switch {
-		case a.Blk < b.Blk:
-			return -1
-		case a.Blk > b.Blk:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(writes, func(a, b BlockWrite) int { return cmp.Compare(a.Blk, b.Blk) })
 	return t.root, writes
 }
 
 // Written says the writes of the Snapshots so far are durable: their nodes
-// move to the cache and may be evicted.
+// move to the cache (in compact form) and may be evicted. Tree operations
+// may run between Snapshot and Written; they read the snapshotted nodes from
+// memory and copy them on change like any clean node. If a checkpoint's
+// writes fail, the device lacks those nodes: do not call Written (they stay
+// pinned) and stop using the tree's on-device state.
 func (t *Tree) Written() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, n := range t.inflight {
+	// Blocks written now may be reallocated ones: drain stale cache writes
+	// of their previous lives before they become readable as clean nodes.
+	t.c.settle()
+	for blk, n := range t.inflight {
+		if c, err := decode(t.images[blk], blk, &t.cfg, n.level); err == nil {
+			n = c
+		} // else: our own image does not decode (a bug); cache the open form.
 		t.c.set(n, t.cfg.NodeSize)
 	}
 	clear(t.inflight)
+	clear(t.images)
 }

@@ -68,23 +68,33 @@ func TestModel(t *testing.T) {
 		ns    int
 		space int
 		ops   int
+		big   bool
 	}{
-		{1, 4096, 3000, 30000},
-		{2, 4096, 200, 20000},
-		{3, 8192, 5000, 20000},
-		{4, 4096, 20000, 30000},
+		{1, 4096, 3000, 30000, false},
+		{2, 4096, 200, 20000, false},
+		{3, 8192, 5000, 20000, false},
+		{4, 4096, 20000, 30000, false},
+		// Long keys only: internal nodes hold ~12 separators, so internal
+		// nodes split, merge and redistribute often.
+		{5, 4096, 8000, 30000, true},
 	} {
 		t.Run(fmt.Sprintf("seed%d-ns%d", tc.seed, tc.ns), func(t *testing.T) {
-			runModel(t, tc.seed, tc.ns, tc.space, tc.ops)
+			runModel(t, tc.seed, tc.ns, tc.space, tc.ops, tc.big)
 		})
 	}
 }
 
-func runModel(t *testing.T, seed uint64, ns, space, ops int) {
+// bigKey is a 300-byte key with the index near the end, so prefixes tie.
+func bigKey(r *rand.Rand, space int) []byte {
+	return fmt.Appendf(nil, "%0290d%010d", 0, r.IntN(space))
+}
+
+func runModel(t *testing.T, seed uint64, ns, space, ops int, big bool) {
 	r := rand.New(rand.NewPCG(seed, seed*77))
-	h := newHarness(t, ns, 1<<20)
+	h := newHarness(t, ns, 64<<10) // small: clean nodes get evicted and re-read
 	m := model{}
 	var sorted []string // m's keys in order, kept incrementally
+	var inflight *pendingCP
 	maxE := MaxEntry(ns)
 	// Phases bias puts versus deletes so the tree grows tall, then shrinks
 	// to nothing (merges, root collapse), then grows again.
@@ -94,9 +104,15 @@ func runModel(t *testing.T, seed uint64, ns, space, ops int) {
 			putBias = 25
 		}
 		k := randKey(r, space)
+		if big {
+			k = bigKey(r, space)
+		}
 		switch x := r.IntN(100); {
 		case x < putBias:
 			v := randVal(r, maxE-len(k))
+			if big {
+				v = v[:min(len(v), 8)]
+			}
 			if err := h.tr.Put(k, v); err != nil {
 				t.Fatalf("op %d Put: %v", op, err)
 			}
@@ -155,7 +171,20 @@ func runModel(t *testing.T, seed uint64, ns, space, ops int) {
 		if op%997 == 0 {
 			h.checkLive()
 		}
+		// A checkpoint in flight while operations go on: they must read
+		// the snapshotted nodes from memory (the device lacks them).
+		if inflight != nil && (r.IntN(50) == 0 || op == ops-1) {
+			h.finish(inflight)
+			inflight = nil
+		}
+		if inflight == nil && r.IntN(700) == 0 {
+			inflight = h.snapshot()
+		}
 		if r.IntN(700) == 0 || op == ops-1 {
+			if inflight != nil {
+				h.finish(inflight)
+				inflight = nil
+			}
 			h.checkpoint()
 			// A fresh tree on the durable root with an empty cache: persistence.
 			fresh, err := Open(h.p, nil, h.cfg, h.durable)
@@ -404,4 +433,33 @@ func TestConcurrentReaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.checkLive()
+}
+
+// TestPutSameValue: rewriting an identical value copies nothing.
+func TestPutSameValue(t *testing.T) {
+	h := newHarness(t, 4096, 1<<20)
+	for i := range 1000 {
+		if err := h.tr.Put(fmt.Appendf(nil, "k%04d", i), []byte("same")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.checkpoint()
+	root := h.tr.Root()
+	if err := h.tr.Put([]byte("k0500"), []byte("same")); err != nil {
+		t.Fatal(err)
+	}
+	if h.tr.Dirty() != 0 || h.tr.Root() != root {
+		t.Fatalf("identical Put dirtied %d nodes", h.tr.Dirty())
+	}
+	if err := h.tr.Put([]byte("k0500"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok, err := h.tr.Get([]byte("k0500")); err != nil || !ok || len(v) != 0 {
+		t.Fatalf("empty value: %q %v %v", v, ok, err)
+	}
+	if h.tr.Dirty() == 0 || h.tr.Root() == root {
+		t.Fatal("changed Put did not copy the path")
+	}
+	h.checkLive()
+	h.checkpoint()
 }
