@@ -39,11 +39,17 @@ func (j *journal) checkpointLocked() error {
 	}
 	s.opLock.Lock()
 	paused := time.Now()
-	writes, roots, released, err := s.snapshotLocked()
-	_, _, frees, _ := j.detach(true) // the snapshot contains its records
+	frozen, roots, released, err := s.snapshotLocked()
+	_, _, frees, _ := j.detach(true, false) // the snapshot contains its records
 	seq := j.openTx.Load()
 	s.opLock.Unlock()
-	s.stats.notePause(time.Since(paused))
+	held := time.Since(paused)
+	s.stats.notePause(held)
+	// Frozen nodes are immutable: encode them while operations go on.
+	var writes []tree.BlockWrite
+	for _, f := range frozen {
+		writes = append(writes, f.Encode()...)
+	}
 	if err != nil {
 		return s.shutdown(fmt.Errorf("preparing checkpoint: %w", err))
 	}
@@ -52,7 +58,7 @@ func (j *journal) checkpointLocked() error {
 		return s.shutdown(err)
 	}
 	s.log.Debug("checkpoint", zap.Int("nodes", len(writes)), zap.Int("released", len(released)),
-		zap.Duration("pause", wstart.Sub(paused)), zap.Duration("write", time.Since(wstart)))
+		zap.Duration("pause", held), zap.Duration("encode", wstart.Sub(paused)-held), zap.Duration("write", time.Since(wstart)))
 	for _, t := range s.trees {
 		t.Written()
 	}
@@ -76,7 +82,7 @@ func (j *journal) checkpointLocked() error {
 }
 
 // snapshotLocked prepares a checkpoint's writes. opLock is held exclusively.
-func (s *Store) snapshotLocked() (writes []tree.BlockWrite, roots []uint64, released []uint64, err error) {
+func (s *Store) snapshotLocked() (frozen []*tree.Frozen, roots []uint64, released []uint64, err error) {
 	t0 := time.Now()
 	for _, in := range s.clearDirty() {
 		if in.freed {
@@ -95,14 +101,13 @@ func (s *Store) snapshotLocked() (writes []tree.BlockWrite, roots []uint64, rele
 	}
 	t2 := time.Now()
 	roots = make([]uint64, len(s.trees))
+	frozen = make([]*tree.Frozen, len(s.trees))
 	for ag, t := range s.trees {
-		var w []tree.BlockWrite
-		roots[ag], w = t.Snapshot()
-		writes = append(writes, w...)
+		roots[ag], frozen[ag] = t.Freeze()
 	}
 	s.log.Debug("checkpoint snapshot", zap.Duration("inodes", t1.Sub(t0)), zap.Duration("fold", t2.Sub(t1)),
-		zap.Duration("encode", time.Since(t2)))
-	return writes, roots, released, nil
+		zap.Duration("freeze", time.Since(t2)))
+	return frozen, roots, released, nil
 }
 
 // writeCheckpoint writes the node blocks, then the header and roots to the

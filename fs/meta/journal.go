@@ -122,7 +122,7 @@ func (j *journal) commitLocked() error {
 	if j.s.readOnly {
 		return nil
 	}
-	tx, payload, frees, empty := j.detach(false)
+	tx, payload, frees, empty := j.detach(false, true)
 	if empty {
 		// Nothing to log: only make completed data writes durable. The
 		// open transaction keeps its sequence number, since replay stops
@@ -177,40 +177,52 @@ func (j *journal) commitLocked() error {
 
 // detach takes the open transaction out for committing, its records in
 // operation order. An empty transaction is left open (keeping its number)
-// unless always is set.
-func (j *journal) detach(always bool) (tx uint64, payload []byte, frees []alloc.Extent, empty bool) {
+// unless always is set. Without wantPayload (a checkpoint, which contains
+// the records already) only the frees are returned.
+func (j *journal) detach(always, wantPayload bool) (tx uint64, payload []byte, frees []alloc.Extent, empty bool) {
+	type part struct {
+		buf  []byte
+		ents []stripeEnt
+	}
+	var parts [journalStripes]part
 	for i := range j.stripes {
 		j.stripes[i].mu.Lock()
 	}
-	type ent struct {
-		seq uint64
-		b   []byte
-	}
-	var ents []ent
+	n := 0
 	for i := range j.stripes {
-		st := &j.stripes[i]
-		for _, e := range st.ents {
-			ents = append(ents, ent{e.seq, st.buf[e.off:e.end]})
-		}
-		frees = append(frees, st.free...)
+		n += len(j.stripes[i].ents)
 	}
-	empty = len(ents) == 0
+	empty = n == 0
 	tx = j.openTx.Load()
 	if !empty || always {
 		for i := range j.stripes {
 			st := &j.stripes[i]
-			st.buf, st.ents, st.free = nil, st.ents[:0], nil
+			parts[i] = part{st.buf, st.ents}
+			frees = append(frees, st.free...)
+			st.buf, st.ents, st.free = nil, nil, nil
 		}
 		j.openTx.Add(1)
 	}
 	for i := range j.stripes {
 		j.stripes[i].mu.Unlock()
 	}
-	slices.SortFunc(ents, func(a, b ent) int { return cmp.Compare(a.seq, b.seq) })
-	size := 0
-	for _, e := range ents {
-		size += len(e.b)
+	if empty || !wantPayload {
+		return tx, nil, frees, empty
 	}
+	// Merge outside the stripe locks: appenders go on meanwhile.
+	type ent struct {
+		seq uint64
+		b   []byte
+	}
+	ents := make([]ent, 0, n)
+	size := 0
+	for _, p := range parts {
+		for _, e := range p.ents {
+			ents = append(ents, ent{e.seq, p.buf[e.off:e.end]})
+			size += e.end - e.off
+		}
+	}
+	slices.SortFunc(ents, func(a, b ent) int { return cmp.Compare(a.seq, b.seq) })
 	payload = make([]byte, 0, size)
 	for _, e := range ents {
 		payload = append(payload, e.b...)

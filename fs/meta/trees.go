@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/streamfs/streamfs/alloc"
@@ -223,19 +224,56 @@ func (s *Store) foldNodeSpace() ([]uint64, error) {
 		if round > 64 {
 			return released, errors.New("tree node space does not settle")
 		}
+		// Node blocks come in runs: fold each run of neighbouring blocks
+		// with one change to the free-space records. An allocation and a
+		// release of the same block in one round cancel out.
+		net := make(map[uint64]int, len(ev))
+		last := make(map[uint64]bool, len(ev)) // last event was an allocation
 		for _, e := range ev {
-			var err error
 			if e.alloc {
-				err = s.spaceUse(e.blk, 1)
+				net[e.blk]++
 			} else {
-				err = s.spaceFree(e.blk, 1)
-				released = append(released, e.blk)
+				net[e.blk]--
 			}
-			if err != nil {
-				return released, fmt.Errorf("node block %d: %w", e.blk, err)
+			last[e.blk] = e.alloc
+		}
+		for b, a := range last {
+			if !a {
+				released = append(released, b)
 			}
 		}
+		var used, freed []uint64
+		for b, d := range net {
+			switch {
+			case d > 0:
+				used = append(used, b)
+			case d < 0:
+				freed = append(freed, b)
+			}
+		}
+		if err := foldRuns(freed, s.spaceFree); err != nil {
+			return released, err
+		}
+		if err := foldRuns(used, s.spaceUse); err != nil {
+			return released, err
+		}
 	}
+}
+
+// foldRuns calls fn once per run of consecutive blocks in blks.
+func foldRuns(blks []uint64, fn func(start, n uint64) error) error {
+	slices.Sort(blks)
+	for i := 0; i < len(blks); {
+		k := i + 1
+		for k < len(blks) && blks[k] == blks[k-1]+1 {
+			k++
+		}
+		if err := fn(blks[i], uint64(k-i)); err != nil {
+			return fmt.Errorf("node blocks %d+%d: %w", blks[i], k-i, err)
+		}
+		i = k
+	}
+	return nil
 }
 
 // agState is the in-memory part of an AG header: counters the checkpoint

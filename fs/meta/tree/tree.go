@@ -645,27 +645,62 @@ func (t *Tree) collapseRoot(path, sibs []frame) {
 // reserved ahead of operations are handed back through Pager.Free, so the
 // checkpoint accounts only for blocks it references. The tree keeps each
 // Data slice as the node's cached image: the caller must not modify it.
+// It is Freeze followed by Encode.
 func (t *Tree) Snapshot() (root uint64, writes []BlockWrite) {
+	root, f := t.Freeze()
+	return root, f.Encode()
+}
+
+// Frozen is the set of nodes one Freeze took from the dirty set.
+type Frozen struct {
+	t     *Tree
+	nodes []*node
+}
+
+// Freeze marks every dirty node clean and pinned (as Snapshot does) without
+// encoding it, so the caller's exclusive section costs a pointer move per
+// node; Encode produces the block images afterwards, with no lock held by
+// the caller. Frozen nodes are immutable: a later change copies them like
+// any clean node.
+func (t *Tree) Freeze() (root uint64, f *Frozen) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, b := range t.spare {
 		t.p.Free(b)
 	}
 	t.spare = t.spare[:0]
-	ns := t.cfg.NodeSize
-	writes = make([]BlockWrite, 0, len(t.dirty))
+	f = &Frozen{t: t, nodes: make([]*node, 0, len(t.dirty))}
 	for blk, n := range t.dirty {
+		t.inflight[blk] = n
+		f.nodes = append(f.nodes, n)
+	}
+	clear(t.dirty)
+	return t.root, f
+}
+
+// Encode returns the block images of the frozen nodes, in block order. It
+// may run concurrently with tree operations (it only reads frozen nodes);
+// it must complete before Written.
+func (f *Frozen) Encode() []BlockWrite {
+	t := f.t
+	ns := t.cfg.NodeSize
+	writes := make([]BlockWrite, 0, len(f.nodes))
+	for _, n := range f.nodes {
 		// One buffer per node: a cached node keeps its image alive, which
 		// must not pin a whole checkpoint's buffer.
 		d := make([]byte, ns)
 		encode(n, &t.cfg, d)
-		writes = append(writes, BlockWrite{Blk: blk, Data: d})
-		t.inflight[blk] = n
-		t.images[blk] = d
+		writes = append(writes, BlockWrite{Blk: n.blk, Data: d})
 	}
-	clear(t.dirty)
+	t.mu.Lock()
+	for _, w := range writes {
+		if t.inflight[w.Blk] != nil {
+			t.images[w.Blk] = w.Data
+		}
+	}
+	t.mu.Unlock()
 	slices.SortFunc(writes, func(a, b BlockWrite) int { return cmp.Compare(a.Blk, b.Blk) })
-	return t.root, writes
+	return writes
 }
 
 // Written says the writes of the Snapshots so far are durable: their nodes
