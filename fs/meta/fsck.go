@@ -320,17 +320,30 @@ func (f *fsck) checkTrees() {
 	// Every data-area block has exactly one owner.
 	sort.Slice(owners, func(i, j int) bool { return owners[i].start < owners[j].start })
 	cursor := s.sb.MetaEnd()
+	var leaked []owner
+	leak := func(start, end uint64) {
+		if f.problem(true, "blocks %d..%d are neither free nor in use (leaked): made free", start, end-1) {
+			leaked = append(leaked, owner{start, end - start, "leaked"})
+		}
+	}
 	for _, o := range owners {
 		switch {
 		case o.start < cursor:
 			f.problem(false, "blocks %d+%d (%s) also belong to another owner", o.start, o.n, o.what)
 		case o.start > cursor:
-			f.problem(false, "blocks %d..%d are neither free nor in use (leaked)", cursor, o.start-1)
+			leak(cursor, o.start)
 		}
 		cursor = max(cursor, o.start+o.n)
 	}
 	if cursor < s.sb.BackupBlock {
-		f.problem(false, "blocks %d..%d are neither free nor in use (leaked)", cursor, s.sb.BackupBlock-1)
+		leak(cursor, s.sb.BackupBlock)
+	}
+	for _, l := range leaked {
+		if err := s.spaceFree(l.start, l.n); err != nil {
+			f.problem(false, "freeing leaked blocks %d+%d: %v", l.start, l.n, err)
+			continue
+		}
+		f.fixes++
 	}
 	for _, o := range owners {
 		if o.what == "free space" {

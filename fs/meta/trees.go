@@ -214,6 +214,10 @@ func useInTx(tx *tree.Tx, start, n uint64) error {
 func (s *Store) foldNodeSpace() ([]uint64, error) {
 	var released []uint64
 	for round := 0; ; round++ {
+		// Blocks reserved for splits that did not happen are not in use.
+		for _, t := range s.trees {
+			t.DropSpare()
+		}
 		s.nodeMu.Lock()
 		ev := s.nodeEv
 		s.nodeEv = nil

@@ -67,6 +67,10 @@ type node struct {
 	keys [][]byte // leaf: one per entry; internal: separators, len(kids)-1
 	vals [][]byte // leaf only
 	kids []uint64 // internal only
+	// lastIns is 1 + the index of the last entry inserted into this dirty
+	// leaf (0: none): an insert right after it is sequential, and the leaf
+	// then splits at the insertion point instead of the middle.
+	lastIns int
 
 	// Compact form.
 	raw  []byte   // the block image

@@ -379,9 +379,21 @@ func (t *Tree) put(key, val []byte) error {
 		leaf.vals = insertAt(leaf.vals, i, v)
 	}
 	leaf.size = newSize
+	// Ascending inserts (new inode numbers, a growing file's extents) are
+	// detected per leaf and split it at the insertion point, so an
+	// append-only key range fills its leaves instead of leaving each one
+	// half empty (InnoDB's insert-direction heuristic).
+	seqAt := -1
+	if !found {
+		if leaf.lastIns > 0 && i == leaf.lastIns {
+			seqAt = i
+		}
+		leaf.lastIns = i + 1
+	}
 	for d := len(path) - 1; d >= 0 && path[d].n.size > t.cfg.NodeSize; d-- {
 		n := path[d].n
-		right, sep := t.split(n)
+		right, sep := t.split(n, seqAt)
+		seqAt = -1 // internal nodes split in the middle
 		if d == 0 {
 			r := &node{blk: t.take(), owner: t.cfg.Owner, level: n.level + 1,
 				keys: [][]byte{sep}, kids: []uint64{n.blk, right.blk}}
@@ -416,8 +428,14 @@ func (n *node) splitPoint() int {
 
 // split moves the upper half of dirty node n into a new dirty node (from a
 // reserved block) and returns it with the separator for the parent.
-func (t *Tree) split(n *node) (*node, []byte) {
+func (t *Tree) split(n *node, seqAt int) (*node, []byte) {
 	m := n.splitPoint()
+	if n.leaf() && seqAt > m && seqAt < n.count() {
+		// The new entry and what follows it (at most half the node, since
+		// seqAt is past the middle) start the right node; the left keeps
+		// what was there before, which fitted.
+		m = seqAt
+	}
 	r := &node{blk: t.take(), owner: t.cfg.Owner, level: n.level}
 	var sep []byte
 	if n.leaf() {
@@ -427,6 +445,9 @@ func (t *Tree) split(n *node) (*node, []byte) {
 		clear(n.vals[m:])
 		n.keys, n.vals = n.keys[:m], n.vals[:m]
 		sep = r.keys[0]
+		if n.lastIns > m {
+			r.lastIns, n.lastIns = n.lastIns-m, 0
+		}
 	} else {
 		// Children [0,m) stay; separator m-1 moves up; children [m,..) move.
 		sep = n.keys[m-1]
@@ -649,6 +670,19 @@ func (t *Tree) collapseRoot(path, sibs []frame) {
 func (t *Tree) Snapshot() (root uint64, writes []BlockWrite) {
 	root, f := t.Freeze()
 	return root, f.Encode()
+}
+
+// DropSpare hands the blocks reserved ahead of operations and not used back
+// through Pager.Free. A checkpoint calls it before it folds node
+// allocations into the free-space records, so that every block the
+// checkpoint counts as used is referenced by a tree.
+func (t *Tree) DropSpare() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, b := range t.spare {
+		t.p.Free(b)
+	}
+	t.spare = t.spare[:0]
 }
 
 // Frozen is the set of nodes one Freeze took from the dirty set.
