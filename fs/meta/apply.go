@@ -395,5 +395,6 @@ func (t *txn) commit(extra ...alloc.Extent) error {
 	if len(t.e.Buf) > 0 || len(extra) > 0 {
 		t.s.j.append(t.e.Buf, append(t.freed, extra...))
 	}
+	t.s.kickCheckpoint()
 	return nil
 }

@@ -40,6 +40,7 @@ func (j *journal) checkpointLocked() error {
 	s.opLock.Lock()
 	paused := time.Now()
 	frozen, roots, released, err := s.snapshotLocked()
+	s.nodeAllocs.Store(0)
 	_, _, frees, _ := j.detach(true, false) // the snapshot contains its records
 	seq := j.openTx.Load()
 	s.opLock.Unlock()

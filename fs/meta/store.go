@@ -76,8 +76,10 @@ type Store struct {
 	cache       *tree.Cache
 	metaReserve uint64 // blocks data allocation leaves for metadata
 
-	nodeMu sync.Mutex  // leaf; guards nodeEv
-	nodeEv []nodeEvent // node blocks allocated/released since the last fold
+	nodeMu     sync.Mutex   // leaf; guards nodeEv
+	nodeEv     []nodeEvent  // node blocks allocated/released since the last fold
+	nodeAllocs atomic.Int64 // node blocks allocated since the last checkpoint
+	kick       chan struct{}
 
 	ckptDamage error // a damaged checkpoint slot found at mount
 	enospcLog  atomic.Int64
@@ -304,6 +306,7 @@ func newStore(dev backend.Device, sb *format.Super, opts Options, ro bool) *Stor
 		agNext: make([]atomic.Uint32, sb.AGCount),
 		dirty:  make(map[*Inode]struct{}),
 		stop:   make(chan struct{}),
+		kick:   make(chan struct{}, 1),
 	}
 	s.metaReserve = min(max(sb.TotalBlocks/200, 256), 1<<18)
 	s.j = &journal{s: s}
@@ -465,11 +468,23 @@ func (s *Store) begin() *txn {
 // needCheckpoint says the dirty tree nodes should be written: they are
 // pinned in memory until then, so this bounds memory.
 func (s *Store) needCheckpoint() bool {
-	n := 0
-	for _, t := range s.trees {
-		n += t.Dirty()
+	return s.nodeAllocs.Load()*int64(s.bs) > s.dirtyLimit()
+}
+
+// dirtyLimit bounds the bytes of tree nodes changed since the last
+// checkpoint: a quarter of the cache, at most 32 MiB, so a checkpoint
+// stays short and pinned nodes stay a small part of memory.
+func (s *Store) dirtyLimit() int64 { return min(s.opts.CacheBytes/4, 32<<20) }
+
+// kickCheckpoint asks the committer for a checkpoint when enough tree nodes
+// changed; it never blocks.
+func (s *Store) kickCheckpoint() {
+	if s.needCheckpoint() {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
 	}
-	return int64(n)*int64(s.bs) > s.opts.CacheBytes/4
 }
 
 func (s *Store) closeCaches() {
@@ -495,6 +510,10 @@ func (s *Store) committer() {
 			if err := s.SyncAll(); err != nil && !errors.Is(err, ErrJournalFailed) {
 				s.log.Error("periodic commit failed", zapErr(err))
 			}
+			if s.needCheckpoint() {
+				_ = s.checkpoint()
+			}
+		case <-s.kick:
 			if s.needCheckpoint() {
 				_ = s.checkpoint()
 			}

@@ -53,6 +53,7 @@ func (p *nodePager) Alloc(hint uint64) (uint64, error) {
 	s.nodeMu.Lock()
 	s.nodeEv = append(s.nodeEv, nodeEvent{blk: e.Start, alloc: true})
 	s.nodeMu.Unlock()
+	s.nodeAllocs.Add(1)
 	return e.Start, nil
 }
 
