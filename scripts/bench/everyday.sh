@@ -515,7 +515,7 @@ fmt_val() { # VALUE UNIT: a table cell
 
 SFS_SHA=$(sha256sum "$STREAMFS_BIN" | cut -c1-12)
 {
-	echo "### Everyday I/O: streamfs, kernel XFS and go-fuse loopback"
+	echo "#### everyday.sh: streamfs, kernel XFS and go-fuse loopback"
 	echo
 	echo "- $(date -u '+%Y-%m-%d %H:%M UTC'), kernel $(uname -r), $(nproc) CPUs, $(awk '/MemTotal/ { printf "%d GiB", $2 / 1048576 }' /proc/meminfo) RAM; load average $LOAD_START at the start, $LOAD_END at the end; $(awk -v t="$TOTAL" 'BEGIN { printf "%.1f", t / 60 }') min$([ "$QUICK" = 1 ] && echo ", --quick")"
 	echo "- streamfs: \`$STREAMFS_BIN\` (sha256 $SFS_SHA, $("$STREAMFS_BIN" version 2>/dev/null | head -1)), ${SFS_AGS} AGs, -o ${SFS_OPTS:-<defaults>}, $IMG_SIZE sparse image on tmpfs"
