@@ -609,7 +609,7 @@ if [ -n "$DOCS" ]; then
 			$0 == e { skip = 0 }
 			!skip' "$bm" >"$bm.tmp" && mv "$bm.tmp" "$bm"
 	else
-		{ echo; echo "$begin"; cat "$MD"; echo "$end"; } >>"$bm"
+		{ echo; echo "### everyday.sh --docs $DOCS"; echo; echo "$begin"; cat "$MD"; echo "$end"; } >>"$bm"
 	fi
 	log "updated $bm ($begin)"
 fi
