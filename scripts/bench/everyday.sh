@@ -483,9 +483,17 @@ speed() {
 	if [ -z "$v" ] || [ -z "$x" ]; then echo -; return; fi
 	if [ "$better" = hi ]; then ratio "$v" "$x"; else ratio "$x" "$v"; fi
 }
+# An earlier run's ratio is shown only where its workload was the same
+# (the label carries the sizes, so a --quick run is not set beside a full one).
 declare -A BEFORE
 if [ -n "$COMPARE" ]; then
-	while IFS=, read -r key _ _ _ _ _ r _; do BEFORE[$key]=$r; done < <(tail -n +2 "$COMPARE")
+	declare -A LABEL_NOW
+	for w in "${WORKLOADS[@]}"; do IFS='|' read -r key label _ <<<"$w"; LABEL_NOW[$key]=$label; done
+	while IFS=, read -r key _ _ _ _ _ r _ _ _ _ _ _ _ _ label; do
+		label=${label#\"}
+		label=${label%\"}
+		if [ "$label" = "${LABEL_NOW[$key]:-}" ]; then BEFORE[$key]=$r; else log "--compare: $key differs ($label), not compared"; fi
+	done < <(tail -n +2 "$COMPARE")
 fi
 
 CSV=${CSV:-$BENCH_OUT/everyday.csv}
@@ -570,9 +578,9 @@ chart() {
 		printf '"%s" %s %s %s %s\n' "${short[$key]}" "$(speed "$key" streamfs "$better")" \
 			"${BEFORE[$key]:--}" "$(speed "$key" loopback "$better")" "${target:--}" >>"$dat"
 	done
-	local plot="'$dat' using 2:xtic(1) title 'streamfs / XFS'"
-	[ -n "$COMPARE" ] && plot="$plot, '' using 3 title 'streamfs / XFS, before'"
-	plot="$plot, '' using 4 title 'go-fuse loopback / XFS'"
+	local plot="'$dat' using 2:xtic(1) title 'streamfs / XFS' lc rgb '#8e2bd6'"
+	[ -n "$COMPARE" ] && plot="$plot, '' using 3 title 'streamfs / XFS, before' lc rgb '#b0b0b0'"
+	plot="$plot, '' using 4 title 'go-fuse loopback / XFS' lc rgb '#2aa889'"
 	if awk '$NF != "-" { f = 1 } END { exit !f }' "$dat"; then
 		plot="$plot, '' using (\$0):5 with points pt 9 ps 1.6 lc rgb 'black' title 'issue 11 target'"
 	fi
