@@ -28,6 +28,7 @@ func main() {
 	noXattr := flag.Bool("noxattr", false, "answer ENOSYS to xattr requests")
 	directMount := flag.Bool("directmount", true, "call mount(2) directly instead of fusermount")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile to this file at unmount")
+	allowOther := flag.Bool("allowother", false, "let other users in (with default_permissions, as the stock example's -allow-other)")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: %s [flags] MOUNTPOINT ORIGINAL\n", os.Args[0])
 		flag.PrintDefaults()
@@ -64,6 +65,12 @@ func main() {
 			Name:          "loopback",
 			DisableXAttrs: *noXattr,
 		},
+	}
+	if *allowOther {
+		// Other users (e.g. a database server's own account) need it; the
+		// kernel then checks permissions, as it does for streamfs.
+		opts.MountOptions.AllowOther = true
+		opts.MountOptions.Options = append(opts.MountOptions.Options, "default_permissions")
 	}
 	if !*passthrough {
 		opts.MountOptions.DisabledCapabilities = fuse.CAP_PASSTHROUGH
