@@ -81,7 +81,11 @@ func (n *Node) Read(ctx context.Context, f gofs.FileHandle, dest []byte, off int
 // Write implements gofs.NodeWriter.
 func (n *Node) Write(ctx context.Context, f gofs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
 	uid, _ := caller(ctx)
-	c, err := n.fs.Store.Write(n.in, data, off, meta.WriteOpts{KillSUID: uid != 0})
+	// Page-cache writeback comes without a caller (the kernel sends it
+	// with no credentials: uid, gid and pid 0). The writer that dirtied
+	// the pages already had setuid/setgid dropped by a write-through
+	// WRITE (FUSE_WRITE_KILL_SUIDGID) that carries its own uid.
+	c, err := n.fs.Store.Write(n.in, data, off, meta.WriteOpts{KillSUID: uid != 0, Writeback: isWriteback(ctx)})
 	if err != nil && c == 0 {
 		return 0, errno(err)
 	}

@@ -64,6 +64,11 @@ func (s *Store) Read(in *Inode, p []byte, off int64) (int, error) {
 // WriteOpts carries who writes.
 type WriteOpts struct {
 	KillSUID bool // caller lacks CAP_FSETID: clear setuid/setgid
+	// Writeback marks data the kernel's page cache writes back (FUSE
+	// writeback cache). The kernel owns mtime and ctime then: it stamped
+	// them at write(2) time and sends them with SETATTR, possibly before
+	// this data arrives, so a late write must not overwrite them.
+	Writeback bool
 }
 
 // Write writes p at off, allocating holes. It returns the bytes written.
@@ -98,8 +103,10 @@ func (s *Store) Write(in *Inode, p []byte, off int64, o WriteOpts) (int, error) 
 		if end > in.attr.Size {
 			in.attr.Size = end
 		}
-		t := now()
-		in.attr.Mtime, in.attr.Ctime = t, t
+		if !o.Writeback {
+			t := now()
+			in.attr.Mtime, in.attr.Ctime = t, t
+		}
 		s.killPrivLocked(in, o.KillSUID)
 		s.markDirtyLocked(in)
 		s.opLock.RUnlock()
