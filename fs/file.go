@@ -30,6 +30,10 @@ func (f *FS) openHandle(in *meta.Inode, flags uint32) (*handle, uint32, syscall.
 	}
 	h := &handle{in: in, flags: flags, wbSeen: in.WBGen()}
 	var fl uint32
+	if writable(flags) && flags&syscall.O_DIRECT == 0 && !f.Store.RoomForWriteback() {
+		// Nearly full: write-through, so write(2) itself gets ENOSPC.
+		fl |= fuse.FOPEN_DIRECT_IO
+	}
 	if flags&syscall.O_DIRECT != 0 {
 		fl |= fuse.FOPEN_DIRECT_IO
 		// Parallel direct writes only when no append can race for EOF.
@@ -131,7 +135,12 @@ func (n *Node) Flush(ctx context.Context, f gofs.FileHandle) syscall.Errno {
 
 // Release implements gofs.NodeReleaser.
 func (n *Node) Release(ctx context.Context, f gofs.FileHandle) syscall.Errno {
-	if _, ok := f.(*handle); ok {
+	if h, ok := f.(*handle); ok {
+		if writable(h.flags) {
+			// Writeback is done before RELEASE: give back what the
+			// appends preallocated, as XFS trims EOF blocks at close.
+			n.fs.Store.TrimPrealloc(n.in)
+		}
 		n.fs.Store.Release(n.in)
 	}
 	return 0

@@ -628,7 +628,10 @@ type SetAttr struct {
 	UID, GID     *uint32
 	Size         *uint64
 	Atime, Mtime *int64
-	KillSUID     bool // clear setuid/setgid (chown, or a write by a non-root caller)
+	// Ctime is set by the kernel with the writeback cache, which owns a
+	// file's times then; otherwise the change time is now.
+	Ctime    *int64
+	KillSUID bool // clear setuid/setgid (chown, or a write by a non-root caller)
 }
 
 // Setattr applies a to in.
@@ -680,6 +683,9 @@ func (s *Store) Setattr(in *Inode, a SetAttr) error {
 		in.attr.Mtime = *a.Mtime
 	}
 	in.attr.Ctime = t
+	if a.Ctime != nil {
+		in.attr.Ctime = *a.Ctime
+	}
 	tx.inode(&in.attr)
 	return tx.commit()
 }
