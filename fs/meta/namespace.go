@@ -707,7 +707,11 @@ func (s *Store) SetStream(in *Inode, id uint32) error {
 	if id == 0 {
 		in.attr.StreamSrc = format.StreamSrcNone
 	}
-	in.attr.Ctime = now()
+	if !in.IsReg() {
+		// A regular file's ctime belongs to the kernel under the
+		// writeback cache: it keeps its own and would never show ours.
+		in.attr.Ctime = now()
+	}
 	tx.inode(&in.attr)
 	return tx.commit()
 }
