@@ -30,6 +30,10 @@ func (f *FS) openHandle(in *meta.Inode, flags uint32) (*handle, uint32, syscall.
 	}
 	h := &handle{in: in, flags: flags, wbSeen: in.WBGen()}
 	var fl uint32
+	if writable(flags) && flags&syscall.O_DIRECT == 0 && !f.Store.RoomForWriteback() {
+		// Nearly full: write-through, so write(2) itself gets ENOSPC.
+		fl |= fuse.FOPEN_DIRECT_IO
+	}
 	if flags&syscall.O_DIRECT != 0 {
 		fl |= fuse.FOPEN_DIRECT_IO
 		// Parallel direct writes only when no append can race for EOF.
@@ -81,7 +85,11 @@ func (n *Node) Read(ctx context.Context, f gofs.FileHandle, dest []byte, off int
 // Write implements gofs.NodeWriter.
 func (n *Node) Write(ctx context.Context, f gofs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
 	uid, _ := caller(ctx)
-	c, err := n.fs.Store.Write(n.in, data, off, meta.WriteOpts{KillSUID: uid != 0})
+	// Page-cache writeback comes without a caller (the kernel sends it
+	// with no credentials: uid, gid and pid 0). The writer that dirtied
+	// the pages already had setuid/setgid dropped by a write-through
+	// WRITE (FUSE_WRITE_KILL_SUIDGID) that carries its own uid.
+	c, err := n.fs.Store.Write(n.in, data, off, meta.WriteOpts{KillSUID: uid != 0, Writeback: isWriteback(ctx)})
 	if err != nil && c == 0 {
 		return 0, errno(err)
 	}
@@ -127,7 +135,12 @@ func (n *Node) Flush(ctx context.Context, f gofs.FileHandle) syscall.Errno {
 
 // Release implements gofs.NodeReleaser.
 func (n *Node) Release(ctx context.Context, f gofs.FileHandle) syscall.Errno {
-	if _, ok := f.(*handle); ok {
+	if h, ok := f.(*handle); ok {
+		if writable(h.flags) {
+			// Writeback is done before RELEASE: give back what the
+			// appends preallocated, as XFS trims EOF blocks at close.
+			n.fs.Store.TrimPrealloc(n.in)
+		}
 		n.fs.Store.Release(n.in)
 	}
 	return 0

@@ -51,8 +51,9 @@ func Mount(f *FS, mountpoint string, o MountOptions) (*fuse.Server, error) {
 		// IOCTL_DIR: ioctls on directories (streams by directory, fstrim).
 		// DIRECT_IO_ALLOW_MMAP: mmap(MAP_SHARED) of an O_DIRECT open (6.6+).
 		// EXPORT_SUPPORT: file handles resolve by inode number (LookupNode).
+		// WRITEBACK_CACHE: buffered writes go through the page cache (writeback.go).
 		ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_ASYNC_DIO | fuse.CAP_IOCTL_DIR |
-			fuse.CAP_DIRECT_IO_ALLOW_MMAP | fuse.CAP_EXPORT_SUPPORT,
+			fuse.CAP_DIRECT_IO_ALLOW_MMAP | fuse.CAP_EXPORT_SUPPORT | fuse.CAP_WRITEBACK_CACHE,
 	}
 	if o.Debug && f.Log != nil {
 		mo.Logger = log.New(&zapWriter{f.Log}, "", 0)
@@ -73,6 +74,7 @@ func Mount(f *FS, mountpoint string, o MountOptions) (*fuse.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mounting FUSE at %s: %w", mountpoint, err)
 	}
+	tuneWriteback(mountpoint, f.Log)
 	return srv, nil
 }
 

@@ -209,6 +209,10 @@ func (n *Node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 		v := t.UnixNano()
 		a.Mtime = &v
 	}
+	if t, ok := in.GetCTime(); ok { // writeback cache: the kernel's ctime
+		v := t.UnixNano()
+		a.Ctime = &v
+	}
 	// With HANDLE_KILLPRIV_V2 the kernel asks us to drop setuid/setgid.
 	a.KillSUID = in.Valid&fuse.FATTR_KILL_SUIDGID != 0
 	if err := n.fs.Store.Setattr(n.in, a); err != nil {

@@ -15,7 +15,7 @@ func TestCPrograms(t *testing.T) {
 	requireEnv(t)
 	img := mkfs(t, "2G")
 	m := mountImage(t, img)
-	for _, name := range []string{"odirect", "fallocate", "seek", "rename_exchange", "unlinked", "bigfile", "mmap", "append"} {
+	for _, name := range []string{"odirect", "fallocate", "seek", "rename_exchange", "unlinked", "bigfile", "mmap", "append", "coherence"} {
 		t.Run(name, func(t *testing.T) {
 			dir := m.path(name)
 			if err := os.Mkdir(dir, 0o755); err != nil {

@@ -64,6 +64,11 @@ func (s *Store) Read(in *Inode, p []byte, off int64) (int, error) {
 // WriteOpts carries who writes.
 type WriteOpts struct {
 	KillSUID bool // caller lacks CAP_FSETID: clear setuid/setgid
+	// Writeback marks data the kernel's page cache writes back (FUSE
+	// writeback cache). The kernel owns mtime and ctime then: it stamped
+	// them at write(2) time and sends them with SETATTR, possibly before
+	// this data arrives, so a late write must not overwrite them.
+	Writeback bool
 }
 
 // Write writes p at off, allocating holes. It returns the bytes written.
@@ -98,8 +103,10 @@ func (s *Store) Write(in *Inode, p []byte, off int64, o WriteOpts) (int, error) 
 		if end > in.attr.Size {
 			in.attr.Size = end
 		}
-		t := now()
-		in.attr.Mtime, in.attr.Ctime = t, t
+		if !o.Writeback {
+			t := now()
+			in.attr.Mtime, in.attr.Ctime = t, t
+		}
 		s.killPrivLocked(in, o.KillSUID)
 		s.markDirtyLocked(in)
 		s.opLock.RUnlock()
@@ -351,7 +358,13 @@ func (s *Store) allocLocked(in *Inode, lblk, n uint64, flags uint32) (Extent, er
 	if err := s.metaRoom(); err != nil {
 		return Extent{}, err
 	}
+	if flags == 0 {
+		if x, ok := s.takePreallocLocked(in, lblk, n); ok {
+			return x, nil
+		}
+	}
 	if s.alloc.FreeBlocks() < s.metaReserve+n {
+		s.dropPreallocLocked(in)
 		// The reserve keeps room for the metadata that maps data.
 		if serr := s.j.sync(); serr != nil || s.alloc.FreeBlocks() < s.metaReserve+n {
 			if s.alloc.FreeBlocks() <= s.metaReserve {
@@ -361,10 +374,18 @@ func (s *Store) allocLocked(in *Inode, lblk, n uint64, flags uint32) (Extent, er
 		}
 	}
 	req := alloc.Request{Ino: in.attr.Ino, Stream: in.attr.Stream, Len: n}
-	if prev, ok, err := extentBefore(s.treeFor(in.attr.Ino), in.attr.Ino, lblk); err != nil {
+	prev, ok, err := extentBefore(s.treeFor(in.attr.Ino), in.attr.Ino, lblk)
+	if err != nil {
 		return Extent{}, treeErr(err)
-	} else if ok && prev.End() <= lblk {
+	}
+	if ok && prev.End() <= lblk {
 		req.Goal = prev.PBlk + prev.Len + (lblk - prev.End())
+	}
+	// An append (nothing mapped at or past lblk) preallocates: see prealloc.go.
+	if flags == 0 && in.IsReg() {
+		if last, lok, lerr := extentBefore(s.treeFor(in.attr.Ino), in.attr.Ino, ^uint64(0)); lerr == nil && (!lok || last.End() <= lblk) {
+			req.Len = s.preallocSize(lblk, n)
+		}
 	}
 	e, err := s.alloc.Alloc(req)
 	if errors.Is(err, alloc.ErrNoSpace) {
@@ -377,6 +398,10 @@ func (s *Store) allocLocked(in *Inode, lblk, n uint64, flags uint32) (Extent, er
 			return Extent{}, syscall.ENOSPC
 		}
 		return Extent{}, fmt.Errorf("allocating for inode %d: %w", in.attr.Ino, err)
+	}
+	if e.Len > n {
+		s.keepPreallocLocked(in, prealloc{lblk: lblk + n, pblk: e.Start + n, n: e.Len - n})
+		e.Len = n
 	}
 	return Extent{LBlk: lblk, Len: e.Len, PBlk: e.Start, Flags: flags, Stream: in.attr.Stream}, nil
 }
@@ -479,6 +504,7 @@ func (s *Store) truncateLocked(in *Inode, size uint64) error {
 	}
 	bs := s.bs
 	old := in.attr.Size
+	s.dropPreallocLocked(in)
 	if size < old {
 		// Zero the tail of the last block so a later extension reads zeros.
 		if err := s.zeroRange(in, int64(size), int64(min(old, (size+bs-1)/bs*bs))); err != nil {
@@ -539,6 +565,8 @@ func (s *Store) Fallocate(in *Inode, off, length int64, mode uint32) error {
 	if !in.IsReg() {
 		return syscall.ENODEV
 	}
+	// Preallocation windows would overlap what fallocate maps or punches.
+	s.dropPreallocLocked(in)
 	bs := int64(s.bs)
 	end := off + length
 	if mode&(FallocKeepSize|FallocPunchHole) == 0 {

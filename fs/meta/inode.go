@@ -32,6 +32,7 @@ type Inode struct {
 	dirty bool          // attributes changed and not yet journaled
 	freed bool          // deleted; the node may still be referenced by FUSE
 	wbGen atomic.Uint64 // bumped on every failed data write (errseq); no lock
+	pre   []prealloc    // allocated, unmapped blocks for the next appends (prealloc.go)
 }
 
 // WBGen counts failed data writes; file handles compare it to report a

@@ -629,7 +629,10 @@ type SetAttr struct {
 	UID, GID     *uint32
 	Size         *uint64
 	Atime, Mtime *int64
-	KillSUID     bool // clear setuid/setgid (chown, or a write by a non-root caller)
+	// Ctime is set by the kernel with the writeback cache, which owns a
+	// file's times then; otherwise the change time is now.
+	Ctime    *int64
+	KillSUID bool // clear setuid/setgid (chown, or a write by a non-root caller)
 }
 
 // Setattr applies a to in.
@@ -681,6 +684,9 @@ func (s *Store) Setattr(in *Inode, a SetAttr) error {
 		in.attr.Mtime = *a.Mtime
 	}
 	in.attr.Ctime = t
+	if a.Ctime != nil {
+		in.attr.Ctime = *a.Ctime
+	}
 	tx.inode(&in.attr)
 	return tx.commit()
 }
@@ -702,7 +708,11 @@ func (s *Store) SetStream(in *Inode, id uint32) error {
 	if id == 0 {
 		in.attr.StreamSrc = format.StreamSrcNone
 	}
-	in.attr.Ctime = now()
+	if !in.IsReg() {
+		// A regular file's ctime belongs to the kernel under the
+		// writeback cache: it keeps its own and would never show ours.
+		in.attr.Ctime = now()
+	}
 	tx.inode(&in.attr)
 	return tx.commit()
 }

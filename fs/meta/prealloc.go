@@ -1,0 +1,122 @@
+package meta
+
+// Speculative preallocation, as XFS's EOF blocks: an append that needs new
+// blocks allocates more than it writes — about as much again as the file
+// already holds — and keeps the rest in memory for the file's next appends.
+// With the FUSE writeback cache the kernel sends a file's data at
+// writeback time, in 1 MiB WRITEs; files that share an AG (set) would
+// otherwise take turns at the AG's free space and interleave megabyte by
+// megabyte. The window is only taken from the allocator's in-memory free
+// space: it is never mapped until its blocks are written (a committed
+// extent never points at unwritten blocks), and the free-space tree does
+// not know about it, so a crash loses nothing and leaks nothing. It is
+// given back when a writer closes the file, on truncate and fallocate, and
+// on ENOSPC.
+
+// maxPrealloc caps one preallocation window (blocks are converted with the
+// block size); maxWindows bounds the windows an inode keeps when writes
+// arrive out of order (async WRITEs of one file are served concurrently).
+const (
+	maxPreallocBytes = 256 << 20
+	maxWindows       = 4
+)
+
+// prealloc is a run of allocated, unmapped blocks meant for file blocks
+// [lblk, lblk+n): file block lblk+i goes to device block pblk+i.
+type prealloc struct {
+	lblk, pblk, n uint64
+}
+
+// preallocSize returns how many blocks to ask for when an append at file
+// block lblk needs n: as many as the file already spans (doubling, as
+// XFS does), capped, and never more than a 32nd of the free space, so
+// windows of many files cannot run the device out of space.
+func (s *Store) preallocSize(lblk, n uint64) uint64 {
+	w := max(n, lblk)
+	w = min(w, maxPreallocBytes/s.bs)
+	if free := s.alloc.FreeBlocks(); free > s.metaReserve {
+		w = min(w, (free-s.metaReserve)/32)
+	} else {
+		w = 0
+	}
+	return max(w, n)
+}
+
+// takePreallocLocked returns blocks for file blocks [lblk, lblk+up to n)
+// from in's windows, if one covers lblk. in.mu is held.
+func (s *Store) takePreallocLocked(in *Inode, lblk, n uint64) (Extent, bool) {
+	for i, w := range in.pre {
+		if lblk < w.lblk || lblk >= w.lblk+w.n {
+			continue
+		}
+		k := min(n, w.lblk+w.n-lblk)
+		x := Extent{LBlk: lblk, Len: k, PBlk: w.pblk + (lblk - w.lblk), Stream: in.attr.Stream}
+		head := prealloc{lblk: w.lblk, pblk: w.pblk, n: lblk - w.lblk}
+		tail := prealloc{lblk: lblk + k, pblk: x.PBlk + k, n: w.lblk + w.n - lblk - k}
+		in.pre = append(in.pre[:i], in.pre[i+1:]...)
+		for _, p := range []prealloc{tail, head} {
+			if p.n > 0 {
+				s.keepPreallocLocked(in, p)
+			}
+		}
+		return x, true
+	}
+	return Extent{}, false
+}
+
+// keepPreallocLocked adds window p to in's, giving back the oldest one
+// when there are too many. in.mu is held.
+func (s *Store) keepPreallocLocked(in *Inode, p prealloc) {
+	if len(in.pre) >= maxWindows {
+		old := in.pre[0]
+		in.pre = in.pre[1:]
+		_ = s.alloc.Free(old.pblk, old.n)
+	}
+	in.pre = append(in.pre, p)
+}
+
+// dropPreallocLocked gives in's windows back to the allocator. in.mu is held.
+func (s *Store) dropPreallocLocked(in *Inode) {
+	for _, w := range in.pre {
+		// The blocks were never mapped or recorded: they go back at once.
+		_ = s.alloc.Free(w.pblk, w.n)
+	}
+	in.pre = nil
+}
+
+// TrimPrealloc gives back in's preallocation (a writer closed the file).
+func (s *Store) TrimPrealloc(in *Inode) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	s.dropPreallocLocked(in)
+}
+
+// PreallocBlocks returns how many blocks in holds in preallocation windows.
+func (s *Store) PreallocBlocks(in *Inode) uint64 {
+	in.mu.RLock()
+	defer in.mu.RUnlock()
+	var n uint64
+	for _, w := range in.pre {
+		n += w.n
+	}
+	return n
+}
+
+// Below this much free space (and a tenth of the device) opens for writing
+// go write-through: see RoomForWriteback.
+const minWritebackRoom = 512 << 20
+
+// RoomForWriteback reports whether a file opened now may use the kernel's
+// writeback cache. Data written through the page cache is allocated only
+// at writeback, so ENOSPC reaches the application at fsync or close, not
+// at write(2); with little space left, opens go write-through instead so
+// write(2) gets ENOSPC, as CephFS switches to synchronous writes when its
+// cluster is nearly full.
+func (s *Store) RoomForWriteback() bool {
+	free := s.alloc.FreeBlocks()
+	if free <= s.metaReserve {
+		return false
+	}
+	room := free - s.metaReserve
+	return room*s.bs >= minWritebackRoom && room >= s.sb.TotalBlocks/10
+}
