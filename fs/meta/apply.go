@@ -348,13 +348,19 @@ type txn struct {
 	e     format.Encoder
 	freed []alloc.Extent
 	err   error
+	hint  uint64 // an inode the transaction changes (journal stripe)
 }
 
 func (t *txn) add(start int) {
 	if t.err != nil {
 		return
 	}
-	t.err = format.DecodeRecords(t.e.Buf[start:], func(r *format.Record) error { return t.s.apply(r, &t.freed) })
+	t.err = format.DecodeRecords(t.e.Buf[start:], func(r *format.Record) error {
+		if t.hint == 0 {
+			t.hint = max(r.Ino, r.Inode.Ino, r.Parent)
+		}
+		return t.s.apply(r, &t.freed)
+	})
 }
 
 func (t *txn) inode(a *format.InodeRec) { n := len(t.e.Buf); t.e.Inode(a); t.add(n) }
@@ -393,7 +399,7 @@ func (t *txn) commit(extra ...alloc.Extent) error {
 		return syscall.EIO
 	}
 	if len(t.e.Buf) > 0 || len(extra) > 0 {
-		t.s.j.append(t.e.Buf, append(t.freed, extra...))
+		t.s.j.append(t.e.Buf, append(t.freed, extra...), t.hint)
 	}
 	t.s.kickCheckpoint()
 	return nil

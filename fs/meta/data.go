@@ -169,6 +169,10 @@ func (s *Store) killPrivLocked(in *Inode, killSUID bool) {
 }
 
 func (s *Store) addStreamBytes(stream uint32, n uint64) {
+	if stream < uint32(len(s.stats.smallStreams)) {
+		s.stats.smallStreams[stream].Add(n) // no map on the common path
+		return
+	}
 	v, ok := s.stats.streamBytes.Load(stream)
 	if !ok {
 		v, _ = s.stats.streamBytes.LoadOrStore(stream, new(atomic.Uint64))

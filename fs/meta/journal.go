@@ -18,8 +18,8 @@ import (
 // moment is served by the same device flushes.
 //
 // The open transaction is striped so that writers do not serialize on one
-// lock: an operation takes a sequence number and appends to the stripe it
-// names; a commit locks every stripe, detaches them and merges their
+// lock: an operation takes a sequence number and appends to the stripe of
+// the first inode it changes; a commit locks every stripe, detaches them and merges their
 // records in sequence order. Records of one inode keep their order because
 // an operation appends while it holds the inode's lock (so its number is
 // taken after every earlier change to that inode); free-space changes of
@@ -67,9 +67,11 @@ type stripeEnt struct {
 // append adds one operation's records (already encoded in rec) to the open
 // transaction and the extents it frees. The caller holds Store.opLock
 // shared and the locks of the inodes the records change.
-func (j *journal) append(rec []byte, freed []alloc.Extent) {
+func (j *journal) append(rec []byte, freed []alloc.Extent, hint uint64) {
 	seq := j.opSeq.Add(1)
-	st := &j.stripes[seq%journalStripes]
+	// Writers to different inodes take different stripes (hint: the first
+	// inode the operation changes); the order comes from seq alone.
+	st := &j.stripes[(hint^hint>>32)%journalStripes]
 	st.mu.Lock()
 	off := len(st.buf)
 	st.buf = append(st.buf, rec...)

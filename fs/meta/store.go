@@ -107,8 +107,11 @@ type storeStats struct {
 	checkpoints atomic.Uint64
 	pauseMax    atomic.Int64 // longest checkpoint pause of operations (ns)
 	pauseTotal  atomic.Int64
-	streamBytes sync.Map // uint32 → *atomic.Uint64 bytes written per stream
-	dataErrors  atomic.Uint64
+	// Bytes written per stream: ids below 256 in the array, others in
+	// the map (uint32 → *atomic.Uint64).
+	smallStreams [256]atomic.Uint64
+	streamBytes  sync.Map
+	dataErrors   atomic.Uint64
 }
 
 func (st *storeStats) notePause(d time.Duration) {

@@ -206,6 +206,11 @@ func (s *Store) Statfs() Statfs {
 // StreamBytes returns bytes written per stream since mount.
 func (s *Store) StreamBytes() map[uint32]uint64 {
 	out := map[uint32]uint64{}
+	for i := range s.stats.smallStreams {
+		if n := s.stats.smallStreams[i].Load(); n > 0 {
+			out[uint32(i)] = n
+		}
+	}
 	s.stats.streamBytes.Range(func(k, v any) bool {
 		out[k.(uint32)] = v.(interface{ Load() uint64 }).Load()
 		return true
