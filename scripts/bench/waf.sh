@@ -1,60 +1,74 @@
 #!/usr/bin/env bash
 # What streams do to a drive's write amplification: runs on a modelled FDP SSD
 # (streamfs mkfs --ftl), each with streams and without, the drive filled to
-# about 90%. Every 2 s the daemon's FDP counters are sampled (stats --json),
+# about 92%. Every 2 s the daemon's FDP counters are sampled (stats --json),
 # giving WAF against host bytes written; gnuplot draws the curves.
 #
-#   fio       mixed lifetimes: a hot file overwritten at random (4k, fio),
-#             static cold files written once, and cold "rolling" files that
-#             are deleted and rewritten, picked at random, while the hot
-#             writes run. Each group
-#             has its own directory, which carries a stream (hot 1, cold 2,
-#             rolling 3) in the streams run. Mount option discard: deleted
-#             and overwritten-elsewhere blocks reach the drive as trims.
-#   rocksdb   db_bench fillrandom, then overwrite for several times the drive;
-#             beside the database a cold ballast (other data on the drive).
-#             With streams, stream rules put the WAL (*.log), the tables
-#             (*.sst) and MANIFEST-* on streams 1, 2, 3; the ballast on 4.
+#   fio       mixed lifetimes on a DRIVE image: a hot region (HOT, ~10% of the
+#             drive) overwritten at random in 4-64 KiB blocks, static cold
+#             files written once (COLD), and ROLL_FILES large cold files
+#             written sequentially that are deleted and rewritten, picked at
+#             random, all the time. Hot and rolling writers run together at
+#             fixed rates (HOT_RATE, ROLL_RATE), so both runs see the same
+#             mix; the hot writer stops after HOT_IO. Each group has its own
+#             directory, which carries a stream (hot 1, cold 2, rolling 3) in
+#             the streams run; without streams all share handle 1.
+#   rocksdb   db_bench fillrandom, then overwrite, on a DB_DRIVE image with a
+#             cold ballast (other data on the drive) beside the database;
+#             tables (SST) much smaller than a reclaim unit, as on real FDP
+#             drives whose units are GBs. Three runs: no streams; "rules":
+#             stream rules put the WAL (*.log) on 1, tables (*.sst) on 2,
+#             MANIFEST-* on 6; "levels": the same plus rwhint.so (LD_PRELOAD),
+#             which turns RocksDB's own per-level write-lifetime hints
+#             (fcntl F_SET_RW_HINT: WAL short, L0/L1 medium, L2 long, L3+
+#             extreme) into streams 1-4. The ballast is on stream 7.
 #   w1        the write-streams series' fio job (scripts/bench/streams.sh,
 #             "streams" run: 16 jobs of 4k O_DIRECT sequential writes, one
 #             stream directory per job) on a plain image and on a modelled
 #             one: what counting costs.
-#   plain     the fio and rocksdb phases once more on a plain image of the same
+#   plain     the fio and rocksdb runs once more on a plain image of the same
 #             size: throughput without the model.
 #
-# The WAF reported per run is the one of the measurement phase (after the
-# fill): delta media bytes over delta host bytes.
+# The WAF reported per run is the one of its measurement phase (after the
+# fill): delta media bytes over delta host bytes; "steady" is the same over
+# the phase's last quarter of host bytes.
 #
 # Usage: sudo scripts/bench/waf.sh
 # Environment (besides lib.sh's BENCH_DIR, BENCH_OUT, STREAMFS_BIN):
-#   DRIVE=2G  FTL=op=7,ru=4M,handles=8  HOT=192M  COLD=600M  ROLL_FILES=20
-#   ROLL=48M  HOT_IO=6G (hot bytes overwritten)  ROLL_PAUSE=0.3 (s between files)
-#   DB_FTL=op=14,ru=32M,handles=4  BALLAST=700M  KEYS=500000  VALUE=1000
-#   OVERWRITES=3 (x KEYS)  SST=4194304 (target_file_size_base: tables much
-#   smaller than a reclaim unit, as on real FDP drives whose units are GBs)
+#   DRIVE=2G  FTL=op=7,ru=8M,handles=4  HOT=200M  COLD=300M  ROLL_FILES=14
+#   ROLL=100M  HOT_IO=7G (hot bytes overwritten)  HOT_RATE=72m  ROLL_RATE=48m
+#   DB_DRIVE=4G  DB_FTL=op=7,ru=16M,handles=8  BALLAST=1800M  KEYS=1000000
+#   VALUE=1000  OVERWRITES=1 (x KEYS)  SST=524288 (target_file_size_base)
+#   MEMTABLE=4194304  L1=16777216 (max_bytes_for_level_base)
 #   W1_IMG=16G  W1_FTL=op=7,ru=8M,handles=16  RUNTIME=15
 #   DISCARD=discard (nodiscard: deleted data stays valid to the drive until
 #   its blocks are reused, as without online discard)
-#   RUNS="fio rocksdb w1 plain"  PLOTS=docs/img (relative to the checkout)
+#   RUNS="fio rocksdb w1 plain"  DB_MODES="none rules levels"
+#   PLOTS=docs/img (relative to the checkout)
 source "$(dirname "$0")/lib.sh"
 
 DRIVE=${DRIVE:-2G}
-FTL=${FTL:-op=7,ru=4M,handles=8}
-HOT=${HOT:-192M}
-COLD=${COLD:-600M}
-ROLL_FILES=${ROLL_FILES:-20}
-ROLL=${ROLL:-48M}
-ROLL_PAUSE=${ROLL_PAUSE:-0.3}
-HOT_IO=${HOT_IO:-6G}
-DB_FTL=${DB_FTL:-op=14,ru=32M,handles=4}
-SST=${SST:-4194304}
-BALLAST=${BALLAST:-700M}
-KEYS=${KEYS:-500000}
+FTL=${FTL:-op=7,ru=8M,handles=4}
+HOT=${HOT:-200M}
+COLD=${COLD:-300M}
+ROLL_FILES=${ROLL_FILES:-14}
+ROLL=${ROLL:-100M}
+HOT_IO=${HOT_IO:-7G}
+HOT_RATE=${HOT_RATE:-72m}
+ROLL_RATE=${ROLL_RATE:-48m}
+DB_DRIVE=${DB_DRIVE:-4G}
+DB_FTL=${DB_FTL:-op=7,ru=16M,handles=8}
+SST=${SST:-524288}
+MEMTABLE=${MEMTABLE:-4194304}
+L1=${L1:-16777216}
+BALLAST=${BALLAST:-1800M}
+KEYS=${KEYS:-1000000}
 VALUE=${VALUE:-1000}
-OVERWRITES=${OVERWRITES:-3}
+OVERWRITES=${OVERWRITES:-1}
 W1_IMG=${W1_IMG:-16G}
 W1_FTL=${W1_FTL:-op=7,ru=8M,handles=16}
 RUNS=${RUNS:-fio rocksdb w1 plain}
+DB_MODES=${DB_MODES:-none rules levels}
 DISCARD=${DISCARD:-discard}
 PLOTS=${PLOTS:-docs/img}
 
@@ -117,24 +131,28 @@ phase_result() {
 	"$STREAMFS_BIN" stats --json "$MNT" >"$BENCH_OUT/$name.stats.json"
 	RES[$name.waf]=$(awk -v a="$h0" -v b="$m0" -v c="$h1" -v d="$m1" 'BEGIN { printf "%.3f", (d - b) / (c - a) }')
 	RES[$name.host]=$(awk -v a="$h0" -v c="$h1" 'BEGIN { printf "%.2f", (c - a) / 2^30 }')
+	# steady: the last quarter of the phase's host bytes, from the samples
+	RES[$name.steady]=$(awk -v h0="$h0" -v m0="$m0" -v h1="$h1" -v m1="$m1" '
+		$2 >= h0 + 0.75 * (h1 - h0) && !s { hs = $2; ms = $3; s = 1 }
+		END { if (s && h1 > hs) printf "%.3f", (m1 - ms) / (h1 - hs); else printf "nan" }' "$BENCH_OUT/$name.samples")
 	RES[$name.handles]=$(jq -r '[.fdp.handles[] | select(.host_bytes_written > 0) | "h\(.stream)=\(.waf * 1000 | round / 1000)"] | join(" ")' "$BENCH_OUT/$name.stats.json")
-	log "$name: phase WAF ${RES[$name.waf]} over ${RES[$name.host]} GiB host writes; cumulative handles: ${RES[$name.handles]}"
+	log "$name: phase WAF ${RES[$name.waf]} (steady ${RES[$name.steady]}) over ${RES[$name.host]} GiB host writes; cumulative handles: ${RES[$name.handles]}"
 }
 
-new_drive() { # FTL-SPEC|"" : a fresh image, modelled or plain
+new_drive() { # SIZE FTL-SPEC|"" : a fresh image, modelled or plain
 	rm -f "$IMG"
-	if [ -n "$1" ]; then
-		"$STREAMFS_BIN" mkfs --size "$DRIVE" --ftl "$1" "$IMG" >"$BENCH_OUT/mkfs.txt"
+	if [ -n "$2" ]; then
+		"$STREAMFS_BIN" mkfs --size "$1" --ftl "$2" "$IMG" >"$BENCH_OUT/mkfs.txt"
 	else
-		"$STREAMFS_BIN" mkfs --size "$DRIVE" "$IMG" >"$BENCH_OUT/mkfs.txt"
+		"$STREAMFS_BIN" mkfs --size "$1" "$IMG" >"$BENCH_OUT/mkfs.txt"
 	fi
 }
 
 # ---- fio: hot / cold / rolling ----
 fio_run() { # NAME STREAMS(0|1) MODEL(0|1)
-	local name=$1 streams=$2 model=$3 c0 roll
+	local name=$1 streams=$2 model=$3 c0 roll rolled
 	log "fio $name"
-	new_drive "$([ "$model" = 1 ] && echo "$FTL")"
+	new_drive "$DRIVE" "$([ "$model" = 1 ] && echo "$FTL")"
 	mount_streamfs "$IMG" "$MNT" "$DISCARD" "$BENCH_OUT/$name.log"
 	mkdir -p "$MNT/hot" "$MNT/cold" "$MNT/roll"
 	if [ "$streams" = 1 ]; then
@@ -143,8 +161,8 @@ fio_run() { # NAME STREAMS(0|1) MODEL(0|1)
 		"$STREAMFS_BIN" stream set "$MNT/roll" 3 >/dev/null
 	fi
 	[ "$model" = 1 ] && sample "$name"
-	# Fill: cold once, the rolling files, the hot file; all sequential.
-	fio --name=cold --directory="$MNT/cold" --rw=write --bs=1M --direct=1 --nrfiles=4 \
+	# Fill, all sequential: static cold files, the rolling files, the hot region.
+	fio --name=cold --directory="$MNT/cold" --rw=write --bs=1M --direct=1 --nrfiles=2 \
 		--size="$COLD" --ioengine=psync --fallocate=none --output="$BENCH_OUT/$name.fill-cold.json" --output-format=json
 	for i in $(seq 1 "$ROLL_FILES"); do
 		dd if=/dev/zero of="$MNT/roll/r$i" bs=1M count=$((${ROLL%M})) oflag=direct status=none
@@ -154,66 +172,83 @@ fio_run() { # NAME STREAMS(0|1) MODEL(0|1)
 	df -h "$MNT" | tail -1 >"$BENCH_OUT/$name.df"
 	log "fill done: $(cat "$BENCH_OUT/$name.df")"
 	[ "$model" = 1 ] && c0=$(fdp_counters)
-	# Rolling files: delete one at random, write it again, all the time.
-	# Random, not oldest first: deleting in write order would free whole
-	# units even when mixed with hot data, which is the one pattern where
-	# mixing costs nothing.
+	# Rolling files: delete one picked at random, write it again at
+	# ROLL_RATE, all the time. Random, not oldest first: deleting in write
+	# order frees whole units even when mixed with hot data, the one
+	# pattern where mixing costs nothing. Each rewrite is counted.
+	: >"$BENCH_OUT/$name.rolled"
 	(
 		trap - EXIT INT TERM
 		while :; do
 			i=$((RANDOM % ROLL_FILES + 1))
 			rm -f "$MNT/roll/r$i"
-			dd if=/dev/zero of="$MNT/roll/r$i" bs=1M count=$((${ROLL%M})) oflag=direct status=none || true
-			sleep "$ROLL_PAUSE"
+			fio --name=roll --filename="$MNT/roll/r$i" --rw=write --bs=1M --direct=1 --size="$ROLL" \
+				--ioengine=psync --fallocate=none --rate="$ROLL_RATE" >/dev/null 2>&1 &&
+				echo "$i" >>"$BENCH_OUT/$name.rolled"
 		done
 	) &
 	roll=$!
-	RUNTIME=1800 run_fio "$name" --name=hot --filename="$MNT/hot/hot.dat" --rw=randwrite --bs=4k --direct=1 \
-		--size="$HOT" --io_size="$HOT_IO" --ioengine=psync --fallocate=none --randrepeat=0 \
-		--norandommap
+	RUNTIME=1800 run_fio "$name" --name=hot --filename="$MNT/hot/hot.dat" --rw=randwrite \
+		--bssplit=4k/20:16k/40:64k/40 --direct=1 --size="$HOT" --io_size="$HOT_IO" --ioengine=psync \
+		--fallocate=none --randrepeat=0 --norandommap --rate="$HOT_RATE"
 	kill "$roll" 2>/dev/null
 	wait "$roll" 2>/dev/null || true
-	RES[$name.kiops]=$(awk -v i="$FIO_IOPS" 'BEGIN { printf "%.1f", i / 1000 }')
+	rolled=$(wc -l <"$BENCH_OUT/$name.rolled")
+	RES[$name.rollshare]=$(awk -v n="$rolled" -v f="${ROLL%M}" -v h="$(jq '.jobs[0].write.io_bytes' "$BENCH_OUT/$name.json")" \
+		'BEGIN { r = n * f * 2^20; printf "%.2f", r / (r + h) }')
+	RES[$name.rate]=$(jq '.jobs[0].write.bw_bytes / 1048576 | floor' "$BENCH_OUT/$name.json")
 	if [ "$model" = 1 ]; then
 		phase_result "$name" "$c0"
 		stop_sample
 	fi
+	# Throughput, after the measured phase: the hot writer alone, unthrottled.
+	run_fio "$name-kiops" --name=hot --filename="$MNT/hot/hot.dat" --rw=randwrite --bs=4k --direct=1 \
+		--size="$HOT" --ioengine=psync --fallocate=none --randrepeat=0 --norandommap \
+		--time_based --runtime="$RUNTIME"
+	RES[$name.kiops]=$(awk -v i="$FIO_IOPS" 'BEGIN { printf "%.1f", i / 1000 }')
+	log "$name: rolling share ${RES[$name.rollshare]}, hot ${RES[$name.rate]} MiB/s, then 4k ${RES[$name.kiops]} KIOPS alone"
 	unmount "$MNT"
 }
 
 # ---- RocksDB ----
+# manual_wal_flush: RocksDB buffers the WAL (1 MiB) as a kernel page cache
+# would; without it every ~1 KB put reaches the drive as a whole 4 KiB page
+# through a FUSE daemon without a writeback cache.
 DB_OPTS=(--key_size=16 --value_size="$VALUE" --compression_type=none --threads=1
-	--write_buffer_size=33554432 --target_file_size_base="$SST"
-	--max_bytes_for_level_base=134217728 --max_background_jobs=2 --histogram=0
-	--statistics=0 --seed=42)
+	--write_buffer_size="$MEMTABLE" --target_file_size_base="$SST"
+	--max_bytes_for_level_base="$L1" --max_background_jobs=2 --histogram=0
+	--manual_wal_flush=1 --statistics=0 --seed=42)
 
-db_run() { # NAME STREAMS(0|1) MODEL(0|1)
+RWHINT=
+db_run() { # NAME MODE(none|rules|levels) MODEL(0|1)
 	# commit=1: space of deleted tables is reusable once its free is
 	# committed; compaction needs it back quickly on a full drive.
-	local name=$1 streams=$2 model=$3 c0 opts=$DISCARD,commit=1 t0
+	local name=$1 mode=$2 model=$3 c0 opts=$DISCARD,commit=1 t0 pre=() rc=0
 	log "rocksdb $name"
-	new_drive "$([ "$model" = 1 ] && echo "$DB_FTL")"
-	[ "$streams" = 1 ] && opts="$opts,stream_rules=*.log:1;*.sst:2;MANIFEST-*:3"
+	new_drive "$DB_DRIVE" "$([ "$model" = 1 ] && echo "$DB_FTL")"
+	[ "$mode" != none ] && opts="$opts,stream_rules=*.log:1;*.sst:2;MANIFEST-*:6"
+	[ "$mode" = levels ] && pre=(env LD_PRELOAD="$RWHINT")
 	mount_streamfs "$IMG" "$MNT" "$opts" "$BENCH_OUT/$name.log"
 	mkdir -p "$MNT/ballast" "$MNT/db"
-	[ "$streams" = 1 ] && "$STREAMFS_BIN" stream set "$MNT/ballast" 4 >/dev/null
+	[ "$mode" != none ] && "$STREAMFS_BIN" stream set "$MNT/ballast" 7 >/dev/null
 	[ "$model" = 1 ] && sample "$name"
 	dd if=/dev/zero of="$MNT/ballast/b" bs=1M count=$((${BALLAST%M})) oflag=direct status=none
 	t0=$SECONDS
-	db_bench --benchmarks=fillrandom --num="$KEYS" --db="$MNT/db" "${DB_OPTS[@]}" >"$BENCH_OUT/$name.fill.txt" 2>&1
+	"${pre[@]}" db_bench --benchmarks=fillrandom --num="$KEYS" --db="$MNT/db" "${DB_OPTS[@]}" \
+		>"$BENCH_OUT/$name.fill.txt" 2>&1 || die "db_bench fillrandom failed; see $BENCH_OUT/$name.fill.txt"
 	df -h "$MNT" | tail -1 >"$BENCH_OUT/$name.df"
 	log "fill done in $((SECONDS - t0)) s: $(cat "$BENCH_OUT/$name.df")"
+	RES[$name.fillkops]=$(awk '/^fillrandom/ { for (i = 1; i <= NF; i++) if ($(i+1) == "ops/sec") { printf "%.1f", $i / 1000; exit } }' "$BENCH_OUT/$name.fill.txt")
 	[ "$model" = 1 ] && c0=$(fdp_counters)
 	t0=$SECONDS
-	# Debian's db_bench (7.8.3) is built with assertions; on this setup it
-	# has aborted on one (WritableFileWriter, sync_without_flush_called_)
-	# hundreds of thousands of operations in. The drive's counters still
-	# tell what was written, so the phase is measured up to there.
-	db_bench --benchmarks=overwrite --use_existing_db=1 --num="$KEYS" --writes=$((KEYS * OVERWRITES)) \
-		--db="$MNT/db" "${DB_OPTS[@]}" >"$BENCH_OUT/$name.overwrite.txt" 2>&1 ||
-		log "db_bench overwrite exited with status $?: $(grep -ao 'finished [0-9]* ops' "$BENCH_OUT/$name.overwrite.txt" | tail -1)"
+	"${pre[@]}" db_bench --benchmarks=overwrite --use_existing_db=1 --num="$KEYS" \
+		--writes="$(awk -v k="$KEYS" -v o="$OVERWRITES" 'BEGIN { printf "%d", k * o }')" \
+		--db="$MNT/db" "${DB_OPTS[@]}" >"$BENCH_OUT/$name.overwrite.txt" 2>&1 || rc=$?
+	[ "$rc" = 0 ] || log "db_bench overwrite exited with status $rc: $(grep -ao 'finished [0-9]* ops' "$BENCH_OUT/$name.overwrite.txt" | tail -1)"
+	RES[$name.overwrite_rc]=$rc
 	RES[$name.secs]=$((SECONDS - t0))
 	RES[$name.kops]=$(awk '/^overwrite/ { for (i = 1; i <= NF; i++) if ($(i+1) == "ops/sec") { printf "%.1f", $i / 1000; exit } }' "$BENCH_OUT/$name.overwrite.txt")
+	df -h "$MNT" | tail -1 >>"$BENCH_OUT/$name.df"
 	log "overwrite: ${RES[$name.kops]} Kops/s in ${RES[$name.secs]} s"
 	if [ "$model" = 1 ]; then
 		phase_result "$name" "$c0"
@@ -245,6 +280,12 @@ w1_run() { # NAME FTL-SPEC|""
 	rm -f "$IMG"
 }
 
+if [[ " $RUNS " == *" rocksdb "* || " $RUNS " == *" plain "* ]] && [[ " $DB_MODES " == *" levels "* ]]; then
+	need cc
+	RWHINT=$BENCH_OUT/rwhint.so
+	cc -O2 -Wall -shared -fPIC -o "$RWHINT" "$BENCH_ROOT/scripts/bench/rwhint.c" -ldl
+fi
+
 for r in $RUNS; do
 	case $r in
 	fio)
@@ -252,8 +293,7 @@ for r in $RUNS; do
 		fio_run fio-streams 1 1
 		;;
 	rocksdb)
-		db_run db-nostreams 0 1
-		db_run db-streams 1 1
+		for m in $DB_MODES; do db_run "db-$m" "$m" 1; done
 		;;
 	w1)
 		w1_run w1-plain ""
@@ -263,25 +303,32 @@ for r in $RUNS; do
 		;;
 	plain)
 		fio_run fio-plain 1 0
-		db_run db-plain 1 0
+		db_run db-plain "${DB_MODES##* }" 0
 		;;
 	*) die "unknown run $r" ;;
 	esac
 done
 
-# ---- plots: interval WAF (windows of >= 128 MiB host writes) ----
+# ---- plots: interval WAF (windows of >= 512 MiB host writes) ----
 PLOT_DIR=$PLOTS
 [[ $PLOT_DIR == /* ]] || PLOT_DIR=$BENCH_ROOT/$PLOTS
 mkdir -p "$PLOT_DIR"
 windows() { # SAMPLES > "host_GiB interval_WAF cumulative_WAF"
 	awk 'NR == 1 { h0 = $2; m0 = $3 }
-		$2 - h0 >= 134217728 { printf "%.3f %.3f %.3f\n", $2 / 2^30, ($3 - m0) / ($2 - h0), $3 / $2; h0 = $2; m0 = $3 }' "$1"
+		$2 - h0 >= 536870912 { printf "%.3f %.3f %.3f\n", $2 / 2^30, ($3 - m0) / ($2 - h0), $3 / $2; h0 = $2; m0 = $3 }' "$1"
 }
-plot() { # TITLE OUT NAME-NOSTREAMS NAME-STREAMS
-	local title=$1 out=$2 a=$3 b=$4
-	[ -s "$BENCH_OUT/$a.samples" ] && [ -s "$BENCH_OUT/$b.samples" ] || return 0
-	windows "$BENCH_OUT/$a.samples" >"$BENCH_OUT/$a.win"
-	windows "$BENCH_OUT/$b.samples" >"$BENCH_OUT/$b.win"
+plot() { # TITLE OUT NAME:LABEL... (runs without samples are left out)
+	local title=$1 out=$2 spec name label i=0 cmds=() colors=("#c0392b" "#d68910" "#2471a3" "#229954")
+	shift 2
+	for spec in "$@"; do
+		name=${spec%%:*} label=${spec#*:}
+		[ -s "$BENCH_OUT/$name.samples" ] || continue
+		windows "$BENCH_OUT/$name.samples" >"$BENCH_OUT/$name.win"
+		cmds+=("\"$BENCH_OUT/$name.win\" using 1:2 with lines lw 2 lc rgb \"${colors[i]}\" title \"$label, interval\"")
+		cmds+=("\"$BENCH_OUT/$name.win\" using 1:3 with lines dt 2 lc rgb \"${colors[i]}\" title \"$label, since mkfs\"")
+		i=$((i + 1))
+	done
+	[ "$i" -ge 2 ] || return 0
 	gnuplot <<-EOF
 		set terminal pngcairo size 900,500 font "sans,11" noenhanced
 		set output "$PLOT_DIR/$out"
@@ -290,23 +337,26 @@ plot() { # TITLE OUT NAME-NOSTREAMS NAME-STREAMS
 		set ylabel "WAF"
 		set yrange [0.9:*]
 		set grid
-		set key bottom right
-		plot "$BENCH_OUT/$a.win" using 1:2 with lines lw 2 lc rgb "#c0392b" title "no streams, per sample (2 s, >= 128 MiB)", \
-		     "$BENCH_OUT/$a.win" using 1:3 with lines dt 2 lc rgb "#c0392b" title "no streams, cumulative", \
-		     "$BENCH_OUT/$b.win" using 1:2 with lines lw 2 lc rgb "#2471a3" title "streams, per sample (2 s, >= 128 MiB)", \
-		     "$BENCH_OUT/$b.win" using 1:3 with lines dt 2 lc rgb "#2471a3" title "streams, cumulative"
+		set key top left
+		plot $(IFS=,; echo "${cmds[*]}")
 	EOF
 	log "wrote $PLOT_DIR/$out"
 }
-plot "fio hot/cold/rolling on a modelled $DRIVE drive ($FTL, $DISCARD)" waf-fio.png fio-nostreams fio-streams
-plot "RocksDB db_bench overwrite on a modelled $DRIVE drive ($DB_FTL, $DISCARD)" waf-rocksdb.png db-nostreams db-streams
+plot "fio hot/cold/rolling, modelled $DRIVE drive ($FTL, $DISCARD)" waf-fio.png \
+	fio-nostreams:"no streams" fio-streams:"streams"
+plot "RocksDB fillrandom+overwrite, modelled $DB_DRIVE drive ($DB_FTL, $DISCARD)" waf-rocksdb.png \
+	db-none:"no streams" db-rules:"WAL/SST rules" db-levels:"rules + level hints"
 
 # ---- summary ----
 {
-	echo "# waf.sh $(date -u +%F) $DISCARD DRIVE=$DRIVE FTL=$FTL DB_FTL=$DB_FTL SST=$SST HOT=$HOT COLD=$COLD ROLL=${ROLL_FILES}x$ROLL HOT_IO=$HOT_IO BALLAST=$BALLAST KEYS=$KEYS VALUE=$VALUE OVERWRITES=$OVERWRITES"
+	echo "# waf.sh $(date -u +%F) $DISCARD DRIVE=$DRIVE FTL=$FTL HOT=$HOT COLD=$COLD ROLL=${ROLL_FILES}x$ROLL HOT_IO=$HOT_IO HOT_RATE=$HOT_RATE ROLL_RATE=$ROLL_RATE DB_DRIVE=$DB_DRIVE DB_FTL=$DB_FTL BALLAST=$BALLAST KEYS=$KEYS VALUE=$VALUE OVERWRITES=$OVERWRITES SST=$SST MEMTABLE=$MEMTABLE L1=$L1"
 	for k in $(printf '%s\n' "${!RES[@]}" | sort); do echo "$k ${RES[$k]}"; done
-	for p in fio db; do
-		a=${RES[$p-nostreams.waf]:-} b=${RES[$p-streams.waf]:-}
-		[ -n "$a" ] && [ -n "$b" ] && echo "$p.ratio $(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", b / a }')"
-	done
+	ratio() { # LABEL BASE OTHER
+		local a=${RES[$2.waf]:-} b=${RES[$3.waf]:-} sa=${RES[$2.steady]:-} sb=${RES[$3.steady]:-}
+		[ -n "$a" ] && [ -n "$b" ] || return 0
+		echo "$1.ratio $(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", b / a }') steady $(awk -v a="$sa" -v b="$sb" 'BEGIN { if (a > 0) printf "%.3f", b / a; else print "nan" }')"
+	}
+	ratio fio fio-nostreams fio-streams
+	ratio db-rules db-none db-rules
+	ratio db-levels db-none db-levels
 } | tee "$BENCH_OUT/summary.txt"
