@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -326,6 +327,13 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 	if err := checkMountpoint(mnt); err != nil {
 		return err
 	}
+	// The node cache bounds the metadata in memory; tell the Go runtime
+	// too, so garbage is collected before the heap grows far past it.
+	cache := o.cacheBytes
+	if cache <= 0 {
+		cache = meta.DefaultCacheBytes
+	}
+	debug.SetMemoryLimit(cache*3/2 + 256<<20)
 	store, err := meta.Open(dev, meta.Options{
 		ReadOnly: o.ro, Discard: o.discard, Policy: o.placement, PlacementCache: o.cache,
 		CommitInterval: o.commit, CacheBytes: o.cacheBytes, Logger: log,

@@ -78,6 +78,17 @@ func (c *Cache) get(blk uint64) (*node, bool) {
 	return c.rc.Get(blk)
 }
 
+// memCost is what a cached node really holds in memory, so that the cache
+// bound is a memory bound: the compact form's image, offsets and key
+// prefixes plus the node itself; an open-form node (a fallback) is charged
+// twice the node size.
+func (n *node) memCost(nodeSize int) int {
+	if n.raw == nil {
+		return 2 * nodeSize
+	}
+	return len(n.raw) + 2*len(n.offs) + 8*len(n.pfx) + 256
+}
+
 func (c *Cache) set(n *node, cost int) {
 	if c != nil {
 		c.rc.Set(n.blk, n, int64(cost))

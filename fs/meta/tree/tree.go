@@ -139,7 +139,7 @@ func (t *Tree) load(blk uint64, want int) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.c.set(n, t.cfg.NodeSize)
+	t.c.set(n, n.memCost(t.cfg.NodeSize))
 	return n, nil
 }
 
@@ -753,7 +753,7 @@ func (t *Tree) Written() {
 		if c, err := decode(t.images[blk], blk, &t.cfg, n.level); err == nil {
 			n = c
 		} // else: our own image does not decode (a bug); cache the open form.
-		t.c.set(n, t.cfg.NodeSize)
+		t.c.set(n, n.memCost(t.cfg.NodeSize))
 	}
 	clear(t.inflight)
 	clear(t.images)
