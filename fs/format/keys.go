@@ -148,8 +148,8 @@ func ExtentVal(n, pblk uint64, flags, stream uint32) []byte {
 
 // DecodeExtent decodes an extent key's lblk and its value.
 func DecodeExtent(k, v []byte) (lblk, n, pblk uint64, flags, stream uint32, err error) {
-	if len(k) != 18 || len(v) != 24 {
-		return 0, 0, 0, 0, 0, fmt.Errorf("extent entry of %d/%d bytes: %w", len(k), len(v), ErrCorrupt)
+	if len(k) != 18 || len(v) != 24 || k[0] != KeyInoSpc || k[9] != KindExtent {
+		return 0, 0, 0, 0, 0, fmt.Errorf("extent entry % x of %d bytes: %w", k, len(v), ErrCorrupt)
 	}
 	le := binary.LittleEndian
 	lblk = be.Uint64(k[10:])
@@ -168,8 +168,8 @@ func DirentVal(ino uint64, mode uint32) []byte {
 
 // DecodeDirent decodes a directory entry.
 func DecodeDirent(k, v []byte) (name string, hash, ino uint64, mode uint32, err error) {
-	if len(k) < 19 || len(v) != 12 {
-		return "", 0, 0, 0, fmt.Errorf("directory entry of %d/%d bytes: %w", len(k), len(v), ErrCorrupt)
+	if len(k) < 19 || len(v) != 12 || k[0] != KeyInoSpc || k[9] != KindDirent {
+		return "", 0, 0, 0, fmt.Errorf("directory entry % x of %d bytes: %w", k, len(v), ErrCorrupt)
 	}
 	name = string(k[18:])
 	hash = be.Uint64(k[10:])
@@ -177,6 +177,9 @@ func DecodeDirent(k, v []byte) (name string, hash, ino uint64, mode uint32, err 
 		return "", 0, 0, 0, fmt.Errorf("directory entry %q (hash %#x): %w", name, hash, ErrCorrupt)
 	}
 	ino, mode = binary.LittleEndian.Uint64(v), binary.LittleEndian.Uint32(v[8:])
+	if mode&^0o170000 != 0 {
+		return "", 0, 0, 0, fmt.Errorf("directory entry %q mode %#o: %w", name, mode, ErrCorrupt)
+	}
 	return name, hash, ino, mode, nil
 }
 

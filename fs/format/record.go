@@ -340,6 +340,9 @@ func decodeRecord(t uint8, body []byte) (*Record, error) {
 		r.Ino = d.u64()
 		r.Mode = d.u32()
 		r.Name = d.name()
+		if d.err == nil && r.Mode&^0o170000 != 0 {
+			d.err = fmt.Errorf("directory entry mode %#o has more than type bits: %w", r.Mode, ErrCorrupt)
+		}
 	case RecUnlink:
 		r.Parent = d.u64()
 		r.Name = d.name()
