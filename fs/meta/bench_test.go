@@ -21,7 +21,6 @@ import (
 	"testing"
 
 	"github.com/streamfs/streamfs/backend"
-	"github.com/streamfs/streamfs/fs/format"
 )
 
 type opsBench struct {
@@ -41,19 +40,7 @@ func newOpsBench(b *testing.B) *opsBench {
 		b.Fatal(err)
 	}
 	path := filepath.Join(dir, "img")
-	if err := os.WriteFile(path, nil, 0o644); err != nil {
-		b.Fatal(err)
-	}
-	if err := os.Truncate(path, 32<<30); err != nil {
-		b.Fatal(err)
-	}
-	dev, err := backend.OpenFile(path, false)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := Mkfs(dev, format.MkfsParams{AGCount: 4}); err != nil {
-		b.Fatal(err)
-	}
+	dev := newPlainImage(b, path, 32<<30, 4)
 	s, err := Open(dev, testOpts())
 	if err != nil {
 		b.Fatal(err)

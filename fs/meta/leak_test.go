@@ -2,13 +2,8 @@ package meta
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"syscall"
 	"testing"
-
-	"github.com/streamfs/streamfs/backend"
-	"github.com/streamfs/streamfs/fs/format"
 )
 
 // The sequence of scripts/bench/meta.sh at a small N, at the meta layer,
@@ -16,21 +11,7 @@ import (
 // blocks.
 func TestCloseLeavesNoLeak(t *testing.T) {
 	n := int(scaleEnvInt("STREAMFS_LEAK_FILES", 10000))
-	path := filepath.Join(t.TempDir(), "img")
-	if err := os.WriteFile(path, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Truncate(path, 32<<30); err != nil {
-		t.Fatal(err)
-	}
-	dev, err := backend.OpenFile(path, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	if _, err := Mkfs(dev, format.MkfsParams{AGCount: 4}); err != nil {
-		t.Fatal(err)
-	}
+	dev := newPlainImage(t, "", 32<<30, 4)
 	fsck := func(when string) {
 		t.Helper()
 		rep, err := Fsck(dev, FsckOptions{})

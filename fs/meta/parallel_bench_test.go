@@ -2,16 +2,12 @@ package meta
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/streamfs/streamfs/alloc"
-	"github.com/streamfs/streamfs/backend"
-	"github.com/streamfs/streamfs/fs/format"
 )
 
 // BenchmarkParallelAppend runs 16 writers appending 4 KiB blocks to 16
@@ -22,22 +18,7 @@ import (
 //	go test ./fs/meta -run '^$' -bench ParallelAppend -benchtime 200000x -mutexprofile /tmp/mutex.out
 //	go tool pprof -top fs/meta.test /tmp/mutex.out
 func BenchmarkParallelAppend(b *testing.B) {
-	// A plain image file: the fault-injecting wrapper serializes I/O.
-	path := filepath.Join(b.TempDir(), "img")
-	if err := os.WriteFile(path, nil, 0o644); err != nil {
-		b.Fatal(err)
-	}
-	if err := os.Truncate(path, 8<<30); err != nil {
-		b.Fatal(err)
-	}
-	fd, err := backend.OpenFile(path, false)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer fd.Close()
-	if _, err := Mkfs(fd, format.MkfsParams{AGCount: 64}); err != nil {
-		b.Fatal(err)
-	}
+	fd := newPlainImage(b, "", 8<<30, 64)
 	o := testOpts()
 	o.CommitInterval = time.Second
 	o.Policy = alloc.PolicyStreams

@@ -140,6 +140,32 @@ func newTestImage(t testing.TB, size int64, seed int64) (*faulty.Device, string)
 
 func testOpts() Options { return Options{CommitInterval: time.Hour} }
 
+// newPlainImage makes a sparse image file of size bytes at path (a temp
+// dir when path is "") with a streamfs of ags AGs, opened without the
+// fault-injecting wrapper (whose lock would serialize benchmarks). The
+// device is closed when the test ends.
+func newPlainImage(tb testing.TB, path string, size int64, ags uint32) backend.Device {
+	tb.Helper()
+	if path == "" {
+		path = filepath.Join(tb.TempDir(), "img")
+	}
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.Truncate(path, size); err != nil {
+		tb.Fatal(err)
+	}
+	dev, err := backend.OpenFile(path, false)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { dev.Close() })
+	if _, err := Mkfs(dev, format.MkfsParams{AGCount: ags}); err != nil {
+		tb.Fatal(err)
+	}
+	return dev
+}
+
 // tagByte is the byte at file offset off of inode ino written by write
 // generation gen: every 16-byte word carries the inode number and the
 // offset, 7 bits a byte with the top bit set, so no tag byte is zero.

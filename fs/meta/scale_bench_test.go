@@ -46,9 +46,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/streamfs/streamfs/backend"
-	"github.com/streamfs/streamfs/fs/format"
 )
 
 func scaleEnvInt(name string, def int64) int64 {
@@ -131,21 +128,8 @@ func scaleCreate(t *testing.T, nFiles int) {
 		dir = t.TempDir()
 	}
 	path := filepath.Join(dir, fmt.Sprintf("scale-%d-%d.img", os.Getpid(), nFiles))
-	if err := os.WriteFile(path, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
 	defer os.Remove(path)
-	if err := os.Truncate(path, size); err != nil {
-		t.Fatal(err)
-	}
-	dev, err := backend.OpenFile(path, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	if _, err := Mkfs(dev, format.MkfsParams{AGCount: ags}); err != nil {
-		t.Fatal(err)
-	}
+	dev := newPlainImage(t, path, size, uint32(ags))
 	runtime.GC()
 	debug.FreeOSMemory()
 	resetHWM()
