@@ -29,7 +29,7 @@ func (f *FS) openHandle(in *meta.Inode, flags uint32) (*handle, uint32, syscall.
 		return nil, 0, errno(err)
 	}
 	h := &handle{in: in, flags: flags, wbSeen: in.WBGen()}
-	var fl uint32
+	fl := f.cacheOpenFlags(in, flags)
 	if flags&syscall.O_DIRECT != 0 {
 		fl |= fuse.FOPEN_DIRECT_IO
 		// Parallel direct writes only when no append can race for EOF.
