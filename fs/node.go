@@ -222,6 +222,10 @@ func (n *Node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 		return errno(err)
 	}
 	fillAttr(n.fs, n.in, &out.Attr)
+	// go-fuse leaves a SETATTR reply's validity at 0, which made the kernel
+	// ask again (GETATTR) at the next open or stat after every chmod or
+	// utimes — one more round trip per `touch`.
+	out.SetTimeout(cacheTimeout)
 	return 0
 }
 
