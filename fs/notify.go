@@ -41,20 +41,3 @@ func (f *FS) InvalidateAttr(in *meta.Inode) {
 		f.Log.Debug("attribute invalidation", zap.Uint64("ino", in.Ino()), zap.String("status", st.String()))
 	}
 }
-
-// InvalidateEntry tells the kernel that name in directory dir changed
-// behind its back (a positive or negative dentry it may hold). The kernel
-// takes the directory's lock for this, so it runs in its own goroutine: a
-// request on that directory may be the caller.
-func (f *FS) InvalidateEntry(dir *meta.Inode, name string) {
-	srv := f.server()
-	if srv == nil {
-		return
-	}
-	ino := dir.Ino()
-	go func() {
-		if st := srv.EntryNotify(ino, name); st != fuse.OK && st != fuse.ENOENT && f.Log != nil {
-			f.Log.Debug("entry invalidation", zap.Uint64("dir", ino), zap.String("name", name), zap.String("status", st.String()))
-		}
-	}()
-}
