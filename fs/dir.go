@@ -42,7 +42,7 @@ type dirHandle struct {
 	n   *Node
 	pos uint64 // cookie of the next entry to return
 
-	buf  []meta.DirEntry // batch read from the store at hashes >= bufFrom
+	buf  []meta.DirEntry // the current batch from the store
 	i    int             // next entry in buf
 	more bool            // the store has entries after buf
 	last meta.DirEntry   // the entry Readdirent returned last (for Lookup)
@@ -136,56 +136,6 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	return d.n.child(ctx, in, out), 0
 }
 
-// Releasedir implements gofs.FileReleasedirer.
-func (d *dirHandle) Releasedir(ctx context.Context, releaseFlags uint32) { d.buf = nil }
-
-// Readdir implements gofs.NodeReaddirer for callers that want a stream
-// (the FUSE path uses OpendirHandle): the same batched, positioned walk.
-func (n *Node) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
-	if !n.in.IsDir() {
-		return nil, syscall.ENOTDIR
-	}
-	return &dirStream{d: dirHandle{n: n}}, 0
-}
-
-// dirStream adapts dirHandle to gofs.DirStream.
-type dirStream struct {
-	d    dirHandle
-	next *fuse.DirEntry
-	err  syscall.Errno
-	done bool
-}
-
-func (s *dirStream) HasNext() bool {
-	if s.next != nil || s.err != 0 {
-		return true
-	}
-	if s.done {
-		return false
-	}
-	s.next, s.err = s.d.Readdirent(context.Background())
-	if s.next == nil && s.err == 0 {
-		s.done = true
-		return false
-	}
-	return true
-}
-
-func (s *dirStream) Next() (fuse.DirEntry, syscall.Errno) {
-	if s.err != 0 {
-		e := s.err
-		s.err = 0
-		s.done = true
-		return fuse.DirEntry{}, e
-	}
-	e := *s.next
-	s.next = nil
-	return e, 0
-}
-
-func (s *dirStream) Close() {}
-
-func (s *dirStream) Seekdir(ctx context.Context, off uint64) syscall.Errno {
-	s.next, s.err, s.done = nil, 0, false
-	return s.d.Seekdir(ctx, off)
-}
+// Releasedir implements gofs.FileReleasedirer; the handle holds nothing
+// that outlives it.
+func (d *dirHandle) Releasedir(ctx context.Context, releaseFlags uint32) {}

@@ -48,7 +48,6 @@ var (
 	_ = (gofs.NodeGetattrer)((*Node)(nil))
 	_ = (gofs.NodeSetattrer)((*Node)(nil))
 	_ = (gofs.NodeLookuper)((*Node)(nil))
-	_ = (gofs.NodeReaddirer)((*Node)(nil))
 	_ = (gofs.NodeMkdirer)((*Node)(nil))
 	_ = (gofs.NodeMknoder)((*Node)(nil))
 	_ = (gofs.NodeCreater)((*Node)(nil))
