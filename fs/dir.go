@@ -46,6 +46,10 @@ type dirHandle struct {
 	i    int             // next entry in buf
 	more bool            // the store has entries after buf
 	last meta.DirEntry   // the entry Readdirent returned last (for Lookup)
+	// ver is the directory's (mtime, ctime) just before buf was read:
+	// every create, unlink, rename or link in it moves both, so an equal
+	// pair means the batch still names the same inodes.
+	ver [2]int64
 }
 
 var (
@@ -93,6 +97,8 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 		if d.buf != nil && !d.more {
 			return nil, 0
 		}
+		a := d.n.in.Attr() // before the entries: a change in between shows as a new version
+		d.ver = [2]int64{a.Mtime, a.Ctime}
 		ents, more, err := d.n.fs.Store.ReaddirFrom(d.n.in, d.pos-1, dirBatch)
 		if err != nil {
 			return nil, errno(err)
@@ -122,9 +128,14 @@ func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 }
 
 // Lookup implements gofs.FileLookuper: READDIRPLUS's attributes for the
-// entry Readdirent just returned, by its inode number.
+// entry Readdirent just returned, by its inode number — unless the
+// directory changed since the batch was read (a batch outlives one
+// READDIRPLUS request, and a rename between two could point the name at
+// another inode: the kernel would cache the old one for an hour). Then
+// the name is looked up afresh.
 func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	if name != d.last.Name || d.last.Ino == 0 {
+	a := d.n.in.Attr()
+	if name != d.last.Name || d.last.Ino == 0 || d.ver != [2]int64{a.Mtime, a.Ctime} {
 		return d.n.Lookup(ctx, name, out)
 	}
 	in := d.n.fs.Store.Get(d.last.Ino)

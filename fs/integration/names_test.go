@@ -471,3 +471,46 @@ func TestReadaheadRequestSize(t *testing.T) {
 		t.Errorf("buffered read after an O_DIRECT write shows stale data")
 	}
 }
+
+// A listing in progress keeps a batch of entries between READDIRPLUS
+// requests; a rename over one of its names in between must not make the
+// kernel cache the name's old inode (kept alive by another link).
+func TestReaddirplusAfterRenameOver(t *testing.T) {
+	requireEnv(t)
+	m := mountImage(t, mkfs(t, "256M"))
+	d := m.path("d")
+	makeFiles(t, d, 400) // one store batch, many READDIRPLUS replies
+	if err := os.Mkdir(m.path("other"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(d, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, _ := getdentsAll(t, fd)
+	unix.Close(fd)
+	victim := names[2+300] // far past the first reply
+	if err := os.Link(filepath.Join(d, victim), m.path("other", "keep")); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, m.path("other", "z"), []byte("new"), 0o644)
+	newIno := statOf(t, m.path("other", "z")).Ino
+
+	fd, err = unix.Open(d, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, 512)
+	if n, err := unix.Getdents(fd, buf); err != nil || n == 0 {
+		t.Fatalf("getdents: %d %v", n, err)
+	}
+	if err := os.Rename(m.path("other", "z"), filepath.Join(d, victim)); err != nil {
+		t.Fatal(err)
+	}
+	getdentsAll(t, fd)
+	if got := statOf(t, filepath.Join(d, victim)).Ino; got != newIno {
+		t.Errorf("%s after a rename over it during a listing: inode %d, want %d (the new file)", victim, got, newIno)
+	}
+	checkContent(t, filepath.Join(d, victim), []byte("new"))
+}
