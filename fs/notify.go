@@ -10,9 +10,9 @@ import (
 // The kernel caches entries, attributes and negative lookups for
 // cacheTimeout. Whatever the kernel does itself (create, unlink, rename,
 // link, setattr, write, xattrs) it accounts for in its own caches; what
-// the daemon changes on its own — a stream set by ioctl moves ctime, a
-// writeback context settles a file's block count — must be told to the
-// kernel here, or a stat would show the old value for an hour.
+// the daemon changes on its own (a stream set by ioctl moves ctime; any
+// attribute a background task changes) must be told to the kernel here,
+// or a stat would show the old value for an hour.
 
 // setServer records the FUSE server for notifications.
 func (f *FS) setServer(srv *fuse.Server) {
