@@ -29,7 +29,7 @@ func (f *FS) openHandle(in *meta.Inode, flags uint32) (*handle, uint32, syscall.
 		return nil, 0, errno(err)
 	}
 	h := &handle{in: in, flags: flags, wbSeen: in.WBGen()}
-	var fl uint32
+	fl := f.cacheOpenFlags(in, flags)
 	if writable(flags) && flags&syscall.O_DIRECT == 0 && !f.Store.RoomForWriteback() {
 		// Nearly full: write-through, so write(2) itself gets ENOSPC.
 		fl |= fuse.FOPEN_DIRECT_IO

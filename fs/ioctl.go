@@ -61,6 +61,8 @@ func (n *Node) writeStream(ctx context.Context, f gofs.FileHandle, input, output
 		if err := st.SetStream(n.in, ws.StreamID); err != nil {
 			return errno(err)
 		}
+		// ctime moved, and the kernel does not know: it caches attributes long.
+		n.fs.InvalidateAttr(n.in)
 	default:
 		return syscall.EINVAL
 	}

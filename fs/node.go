@@ -29,6 +29,10 @@ type FS struct {
 	Atime AtimeMode
 	// Rules give new regular files a stream by name (nil: none).
 	Rules *rules.Set
+
+	srvMu sync.Mutex   // guards srv (set once the mount is up)
+	srv   *fuse.Server // for notifications (notify.go)
+	ops   opCounts     // FUSE requests served, by opcode (stats)
 }
 
 // Node is one file, directory or symlink.
@@ -47,7 +51,6 @@ var (
 	_ = (gofs.NodeGetattrer)((*Node)(nil))
 	_ = (gofs.NodeSetattrer)((*Node)(nil))
 	_ = (gofs.NodeLookuper)((*Node)(nil))
-	_ = (gofs.NodeReaddirer)((*Node)(nil))
 	_ = (gofs.NodeMkdirer)((*Node)(nil))
 	_ = (gofs.NodeMknoder)((*Node)(nil))
 	_ = (gofs.NodeCreater)((*Node)(nil))
@@ -168,16 +171,22 @@ func (n *Node) LookupParent(ctx context.Context, out *fuse.EntryOut) (*gofs.Inod
 	if p == nil || !p.IsDir() {
 		return nil, "", syscall.ESTALE
 	}
-	ents, err := n.fs.Store.Readdir(p)
-	if err != nil {
-		return nil, "", errno(err)
-	}
-	for _, e := range ents {
-		if e.Ino == a.Ino {
-			return n.child(ctx, p, out), e.Name, 0
+	// Walk the parent in batches: a huge directory is not listed whole.
+	for off := uint64(0); ; {
+		ents, more, err := n.fs.Store.ReaddirFrom(p, off, dirBatch)
+		if err != nil {
+			return nil, "", errno(err)
 		}
+		for _, e := range ents {
+			if e.Ino == a.Ino {
+				return n.child(ctx, p, out), e.Name, 0
+			}
+		}
+		if !more || len(ents) == 0 {
+			return nil, "", syscall.ESTALE
+		}
+		off = ents[len(ents)-1].Off + 1
 	}
-	return nil, "", syscall.ESTALE
 }
 
 // Getattr implements gofs.NodeGetattrer.
@@ -219,6 +228,10 @@ func (n *Node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 		return errno(err)
 	}
 	fillAttr(n.fs, n.in, &out.Attr)
+	// go-fuse leaves a SETATTR reply's validity at 0, which made the kernel
+	// ask again (GETATTR) at the next open or stat after every chmod or
+	// utimes — one more round trip per `touch`.
+	out.SetTimeout(cacheTimeout)
 	return 0
 }
 
@@ -232,24 +245,6 @@ func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 		return nil, errno(err)
 	}
 	return n.child(ctx, in, out), 0
-}
-
-// Readdir implements gofs.NodeReaddirer.
-func (n *Node) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
-	ents, err := n.fs.Store.Readdir(n.in)
-	if err != nil {
-		return nil, errno(err)
-	}
-	n.fs.touchAtime(n.in)
-	a := n.in.Attr()
-	list := make([]fuse.DirEntry, 0, len(ents)+2)
-	list = append(list,
-		fuse.DirEntry{Name: ".", Ino: a.Ino, Mode: syscall.S_IFDIR},
-		fuse.DirEntry{Name: "..", Ino: a.Parent, Mode: syscall.S_IFDIR})
-	for _, e := range ents {
-		list = append(list, fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: e.Mode})
-	}
-	return gofs.NewListDirStream(list), 0
 }
 
 func (n *Node) create(ctx context.Context, name string, ni meta.NewInode, out *fuse.EntryOut) (*gofs.Inode, *meta.Inode, syscall.Errno) {
@@ -400,6 +395,43 @@ func (n *Node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 	return uint32(copy(dest, b)), 0
 }
 
-// Timeouts: streamfs is the only writer of its device, so the kernel may
-// cache attributes and entries for a while.
-var cacheTimeout = time.Second
+// cacheTimeout is how long the kernel may trust entries, attributes and
+// negative lookups. streamfs holds its device exclusively and every change
+// the kernel did not make itself is notified (notify.go), so nothing goes
+// stale behind the kernel's back: an hour turns a stat, ls -l or repeated
+// open into no request at all.
+const cacheTimeout = time.Hour
+
+// cacheOpenFlags are the FOPEN_ flags of a file open that the name and
+// attribute caching allows.
+//
+// KEEP_CACHE: every write reaches the file through the kernel (O_DIRECT
+// writes invalidate what they overwrite), so an open need not drop the
+// file's cached pages — unless the next read must update atime: a read
+// served from the page cache never reaches the daemon, which keeps atime
+// (the kernel marks FUSE inodes S_NOATIME). So strictatime never keeps the
+// cache, relatime keeps it once atime is fresh, noatime always does.
+//
+// NOFLUSH for a read-only open: close has no write error to report for it,
+// so the kernel skips the FLUSH round trip. A writer keeps FLUSH (close
+// reports a failed write, README), and with the writeback cache the kernel
+// flushes anyway.
+func (f *FS) cacheOpenFlags(in *meta.Inode, flags uint32) uint32 {
+	var fl uint32
+	if !f.atimeDue(in) {
+		fl |= fuse.FOPEN_KEEP_CACHE
+	}
+	if flags&syscall.O_ACCMODE == syscall.O_RDONLY {
+		fl |= fuse.FOPEN_NOFLUSH
+	}
+	return fl
+}
+
+// atimeDue reports whether an access to in now would update its atime.
+func (f *FS) atimeDue(in *meta.Inode) bool {
+	if f.Atime == AtimeNone || f.Store.ReadOnly() {
+		return false
+	}
+	a := in.Attr()
+	return needAtime(f.Atime, a.Atime, a.Mtime, a.Ctime, time.Now().UnixNano())
+}

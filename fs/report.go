@@ -97,8 +97,10 @@ type StatsDoc struct {
 	AGs            []alloc.AGStats `json:"ags"`
 	Streams        []StreamStats   `json:"streams"`
 	Counters       meta.Counters   `json:"counters"`
-	FDP            *nvme.FDPStats  `json:"fdp,omitempty"`
-	FDPError       string          `json:"fdp_error,omitempty"`
+	// FuseOps counts the FUSE requests served since mount, by opcode.
+	FuseOps  map[string]uint64 `json:"fuse_ops,omitempty"`
+	FDP      *nvme.FDPStats    `json:"fdp,omitempty"`
+	FDPError string            `json:"fdp_error,omitempty"`
 }
 
 func bmapDoc(st *meta.Store, in *meta.Inode) ([]byte, error) {
@@ -127,6 +129,7 @@ func statsDoc(f *FS) ([]byte, error) {
 		Backend: st.Device().Kind(), PlacementCache: f.PlacementCache,
 		CacheHits: as.CacheHits, CacheMisses: as.CacheMisses, AGs: as.AGs,
 		Counters: st.Counters(),
+		FuseOps:  f.FuseOps(),
 	}
 	files, bySrc := st.StreamFileSources()
 	bytes := st.StreamBytes()
