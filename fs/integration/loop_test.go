@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestLoopDevice formats and mounts a loop device, so the block backend
@@ -37,6 +38,11 @@ func TestLoopDevice(t *testing.T) {
 	}
 	streamfs(t, "mkfs", dev)
 	m := mountImage(t, dev)
+	// The daemon logs its serving line once the mount is tuned, just after
+	// the mount point goes live.
+	for i := 0; i < 50 && !strings.Contains(m.log.String(), `"backend": `); i++ {
+		time.Sleep(100 * time.Millisecond)
+	}
 	if !strings.Contains(m.log.String(), `"backend": "block"`) {
 		t.Errorf("a loop device was not served by the block backend:\n%s", m.log.String())
 	}

@@ -54,6 +54,7 @@ func (s *Store) takePreallocLocked(in *Inode, lblk, n uint64) (Extent, bool) {
 		head := prealloc{lblk: w.lblk, pblk: w.pblk, n: lblk - w.lblk}
 		tail := prealloc{lblk: lblk + k, pblk: x.PBlk + k, n: w.lblk + w.n - lblk - k}
 		in.pre = append(in.pre[:i], in.pre[i+1:]...)
+		s.preBlocks.Add(-int64(w.n))
 		for _, p := range []prealloc{tail, head} {
 			if p.n > 0 {
 				s.keepPreallocLocked(in, p)
@@ -70,15 +71,18 @@ func (s *Store) keepPreallocLocked(in *Inode, p prealloc) {
 	if len(in.pre) >= maxWindows {
 		old := in.pre[0]
 		in.pre = in.pre[1:]
+		s.preBlocks.Add(-int64(old.n))
 		_ = s.alloc.Free(old.pblk, old.n)
 	}
 	in.pre = append(in.pre, p)
+	s.preBlocks.Add(int64(p.n))
 }
 
 // dropPreallocLocked gives in's windows back to the allocator. in.mu is held.
 func (s *Store) dropPreallocLocked(in *Inode) {
 	for _, w := range in.pre {
 		// The blocks were never mapped or recorded: they go back at once.
+		s.preBlocks.Add(-int64(w.n))
 		_ = s.alloc.Free(w.pblk, w.n)
 	}
 	in.pre = nil

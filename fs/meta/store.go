@@ -81,6 +81,8 @@ type Store struct {
 	nodeAllocs atomic.Int64 // node blocks allocated since the last checkpoint
 	kick       chan struct{}
 
+	preBlocks atomic.Int64 // blocks held in preallocation windows (prealloc.go)
+
 	ckptDamage error // a damaged checkpoint slot found at mount
 	enospcLog  atomic.Int64
 

@@ -190,7 +190,8 @@ func (s *Store) Statfs() Statfs {
 	}
 	// Inodes take tree space like everything else (about 256 bytes each
 	// with their keys), so free space bounds them, as on XFS.
-	free := s.alloc.FreeBlocks() + pending
+	// Preallocation windows are speculative: they are free space lent out.
+	free := s.alloc.FreeBlocks() + pending + uint64(max(s.preBlocks.Load(), 0))
 	avail := free - min(free, s.metaReserve)
 	ff := free * (s.bs / 256)
 	return Statfs{
