@@ -429,11 +429,18 @@ func TestReadaheadRequestSize(t *testing.T) {
 	if err := unix.Stat(m.dir, &st); err != nil {
 		t.Fatal(err)
 	}
-	ra, err := os.ReadFile(fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev)))
-	if err != nil {
-		t.Fatal(err)
+	// The daemon tunes the mount's bdi right after the mount goes live.
+	kb := 0
+	for i := 0; i < 50 && kb < 1024; i++ {
+		ra, err := os.ReadFile(fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kb, _ = strconv.Atoi(strings.TrimSpace(string(ra))); kb < 1024 {
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
-	if kb, _ := strconv.Atoi(strings.TrimSpace(string(ra))); kb < 1024 {
+	if kb < 1024 {
 		t.Errorf("read_ahead_kb %d, want at least 1024", kb)
 	}
 	d := opsDelta(t, m, func() {
