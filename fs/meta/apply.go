@@ -258,9 +258,11 @@ func (s *Store) applyPunch(ino, lblk, n uint64, freed *[]alloc.Extent) error {
 	return s.addBlocks(ino, delta)
 }
 
-// addBlocks adjusts ino's block count: in the cached inode (whose next
-// journaled attributes carry it) and in its stored record, so replay ends
-// with the right count whatever was journaled after.
+// addBlocks adjusts ino's block count. A cached inode (an operation holds
+// it, or replay loaded it) only changes in memory and is marked dirty: its
+// attributes reach the tree with its next journaled change or checkpoint,
+// so an allocating write does not rewrite the inode record as well. An
+// inode not in memory (replay) has its stored record adjusted.
 func (s *Store) addBlocks(ino uint64, delta int64) error {
 	if delta == 0 {
 		return nil
@@ -268,6 +270,8 @@ func (s *Store) addBlocks(ino uint64, delta int64) error {
 	if in := s.itab.get(ino); in != nil {
 		// The caller holds in.mu (operations) or runs alone (replay).
 		in.attr.Blocks = uint64(int64(in.attr.Blocks) + delta)
+		s.markDirtyLocked(in)
+		return nil
 	}
 	t := s.treeFor(ino)
 	return treeErr(t.Update(func(tx *tree.Tx) error {

@@ -141,22 +141,6 @@ func (t *inodeTable) del(ino uint64) {
 	s.mu.Unlock()
 }
 
-// live returns every live inode (checkpoints write their attributes).
-func (t *inodeTable) live() []*Inode {
-	var out []*Inode
-	for i := range t.shards {
-		s := &t.shards[i]
-		s.mu.Lock()
-		for _, wp := range s.m {
-			if in := wp.Value(); in != nil {
-				out = append(out, in)
-			}
-		}
-		s.mu.Unlock()
-	}
-	return out
-}
-
 // lockInodes locks distinct inodes in ascending inode-number order and
 // returns the unlock function.
 func lockInodes(ins ...*Inode) func() {
