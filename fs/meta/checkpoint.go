@@ -173,6 +173,7 @@ func (s *Store) readCheckpoint() (*format.CkptHeader, int, []uint64, error) {
 	var bestSlot int
 	var bestRoots []uint64
 	var errs []error
+	var torn []*format.CkptHeader // valid headers whose roots do not verify
 	for slot := 0; slot < 2; slot++ {
 		start := s.sb.CkptStart + uint64(slot)*s.sb.CkptBlocks
 		buf := make([]byte, s.sb.CkptBlocks*bs)
@@ -191,6 +192,7 @@ func (s *Store) readCheckpoint() (*format.CkptHeader, int, []uint64, error) {
 		payload := buf[bs : bs+h.PayloadLen]
 		if format.Checksum(payload) != h.PayloadCRC {
 			errs = append(errs, fmt.Errorf("checkpoint slot %d roots checksum: %w", slot, format.ErrCorrupt))
+			torn = append(torn, h)
 			continue
 		}
 		if h.PayloadLen != uint64(s.sb.AGCount)*8 {
@@ -220,11 +222,36 @@ func (s *Store) readCheckpoint() (*format.CkptHeader, int, []uint64, error) {
 	}
 	if len(errs) > 0 {
 		s.ckptDamage = errors.Join(errs...)
+		// A crash while a checkpoint writes its slot leaves a valid header
+		// (sectors land whole) over roots that do not verify. That is
+		// benign when the slot is older than the one in use (it was being
+		// overwritten) or when the journal still holds everything the
+		// interrupted checkpoint contained; checkpointInterrupted decides
+		// once the journal is replayed.
+		if len(torn) == len(errs) {
+			s.ckptTorn = torn
+		}
 		if s.log != nil {
 			s.log.Warn("a checkpoint slot is damaged; using the other one (streamfs fsck reports it)", zap.Error(s.ckptDamage))
 		}
 	}
 	return best, bestSlot, bestRoots, nil
+}
+
+// checkpointInterrupted reports whether the damaged checkpoint slot found at
+// mount is what a crash during a checkpoint leaves, rather than damage: every
+// damaged slot has a valid header and is older than the checkpoint in use,
+// or names a journal position that the replay reached. Call after replay.
+func (s *Store) checkpointInterrupted(best *format.CkptHeader) bool {
+	if s.ckptTorn == nil {
+		return false
+	}
+	for _, h := range s.ckptTorn {
+		if h.Seq > best.Seq && h.JournalSeq > s.j.openTx.Load() {
+			return false // it held commits the journal no longer has
+		}
+	}
+	return true
 }
 
 func (s *Store) bumpAGNext(ino uint64) {

@@ -102,7 +102,11 @@ func Fsck(dev backend.Device, opts FsckOptions) (*FsckReport, error) {
 	}
 	rep.Checkpoint, rep.ReplayedCommits = h.Seq, commits
 	if s.ckptDamage != nil {
-		f.problem(false, "%v", s.ckptDamage)
+		if s.checkpointInterrupted(h) {
+			f.rep.Notes = append(f.rep.Notes, fmt.Sprintf("a checkpoint was interrupted (%v); the checkpoint in use and the journal hold everything, and the next checkpoint rewrites the slot", s.ckptDamage))
+		} else {
+			f.problem(false, "%v", s.ckptDamage)
+		}
 	}
 	f.checkTrees()
 	if !opts.Repair || rep.Fixed == 0 {
@@ -148,8 +152,6 @@ func (f *fsck) problem(fixable bool, msg string, a ...any) bool {
 	f.rep.Problems = append(f.rep.Problems, m)
 	return fix
 }
-
-func (f *fsck) note(msg string, a ...any) { f.rep.Notes = append(f.rep.Notes, fmt.Sprintf(msg, a...)) }
 
 // checkSuper compares the primary superblock with the backup. It returns
 // the superblock to use and whether both copies must be rewritten.
@@ -218,6 +220,15 @@ type owner struct {
 // are repaired with -y.
 func (f *fsck) checkTrees() {
 	s := f.s
+	// Attributes replay left in memory go into the trees first, as a
+	// checkpoint would put them.
+	for _, in := range s.clearDirty() {
+		if !in.freed {
+			if err := s.applyInode(&in.attr); err != nil {
+				f.problem(false, "inode %d: %v", in.attr.Ino, err)
+			}
+		}
+	}
 	// Replay in memory moved tree nodes: account for them as a checkpoint would.
 	if _, err := s.foldNodeSpace(); err != nil {
 		f.problem(false, "tree node space: %v", err)

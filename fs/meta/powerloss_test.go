@@ -234,8 +234,12 @@ type plModel struct {
 }
 
 func newPLModel() *plModel {
-	return &plModel{dirs: map[uint64]map[string]uint64{RootIno: {}}, isDir: map[uint64]bool{RootIno: true},
+	m := &plModel{dirs: map[uint64]map[string]uint64{RootIno: {}}, isDir: map[uint64]bool{RootIno: true},
 		files: map[uint64]*plFile{}}
+	// The empty filesystem is a state a crash may return to until the
+	// first commit is acknowledged.
+	m.snaps = []plSnap{{0, m.namespace()}}
+	return m
 }
 
 // namespace flattens the tree into path → inode.

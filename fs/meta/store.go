@@ -83,7 +83,8 @@ type Store struct {
 
 	preBlocks atomic.Int64 // blocks held in preallocation windows (prealloc.go)
 
-	ckptDamage error // a damaged checkpoint slot found at mount
+	ckptDamage error                // a damaged checkpoint slot found at mount
+	ckptTorn   []*format.CkptHeader // its header, when only its roots fail
 	enospcLog  atomic.Int64
 
 	renameMu sync.Mutex   // see package doc
