@@ -13,6 +13,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/streamfs/streamfs/backend"
 )
 
 // PageSize is the model's mapping unit, a 4 KiB flash page: host writes are
@@ -82,7 +84,7 @@ func ParseGeometry(s string) (Geometry, error) {
 			}
 			g.OP = f
 		case "ru":
-			n, err := parseSize(v)
+			n, err := backend.ParseSize(v)
 			if err != nil {
 				return g, fmt.Errorf("ru=%s: %v: %w", v, err, ErrGeometry)
 			}
@@ -119,27 +121,6 @@ func (g Geometry) Validate() error {
 		return fmt.Errorf("isolation=%s: want initial or persistent: %w", g.Isolation, ErrGeometry)
 	}
 	return nil
-}
-
-// parseSize reads 8M, 256K, 1G or plain bytes (powers of 1024).
-func parseSize(s string) (int64, error) {
-	mult := int64(1)
-	switch strings.ToUpper(s[len(s)-min(1, len(s)):]) {
-	case "K":
-		mult = 1 << 10
-	case "M":
-		mult = 1 << 20
-	case "G":
-		mult = 1 << 30
-	}
-	if mult != 1 {
-		s = s[:len(s)-1]
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n <= 0 || n > (1<<40)/mult {
-		return 0, fmt.Errorf("not a size")
-	}
-	return n * mult, nil
 }
 
 // gcReserve is how many free units host writes leave for garbage

@@ -44,7 +44,7 @@ func Mkfs(args []string, stdout, stderr io.Writer) (code int) {
 	}
 	var sizeBytes int64
 	if *size != "" {
-		if sizeBytes, err = ParseSize(*size); err != nil {
+		if sizeBytes, err = backend.ParseSize(*size); err != nil {
 			fmt.Fprintf(stderr, "streamfs mkfs: --size: %v\n", err)
 			return exitUsage
 		}

@@ -127,7 +127,7 @@ func parseMountOpts(list []string) (mountOpts, error) {
 					return o, fmt.Errorf("-o errors=%s: only errors=shutdown is supported (a failed metadata write shuts the filesystem down)", v)
 				}
 			case k == "cache_size" && hasV:
-				n, err := ParseSize(v)
+				n, err := backend.ParseSize(v)
 				if err != nil || n < 1<<20 {
 					return o, fmt.Errorf("-o cache_size=%s: want a size of at least 1M (K, M, G suffixes)", v)
 				}
