@@ -1,7 +1,6 @@
 package meta
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"sync"
@@ -160,12 +159,21 @@ func (s *Store) killPrivLocked(in *Inode, killSUID bool) {
 			in.attr.Mode &^= syscall.S_ISGID
 		}
 	}
-	if _, ok, err := s.getXattr(in, xattrCaps); ok && err == nil {
+	if in.noCaps {
+		return
+	}
+	_, ok, err := s.getXattr(in, xattrCaps)
+	if err != nil {
+		return
+	}
+	if ok {
 		tx := &txn{s: s}
 		tx.xattrDel(in.attr.Ino, xattrCaps)
 		tx.inode(&in.attr)
 		_ = tx.commit()
 	}
+	// Either way the file has none now: later writes skip the lookup.
+	in.noCaps = true
 }
 
 func (s *Store) addStreamBytes(stream uint32, n uint64) {
@@ -188,7 +196,16 @@ type segment struct {
 }
 
 // segments splits file blocks [first, first+n) into mapped pieces and holes.
+// in.mu is held (shared or not).
 func (s *Store) segments(in *Inode, first, n uint64) ([]segment, error) {
+	end, err := s.mappedEnd(in)
+	if err != nil {
+		return nil, err
+	}
+	if first >= end {
+		// Past every extent (an append): one hole, no tree walk.
+		return []segment{{lblk: first, n: n}}, nil
+	}
 	exts, err := s.visit(in, first, n)
 	if err != nil {
 		return nil, err
@@ -206,6 +223,26 @@ func (s *Store) segments(in *Inode, first, n uint64) ([]segment, error) {
 		out = append(out, segment{lblk: cur, n: first + n - cur})
 	}
 	return out, nil
+}
+
+// mappedEnd returns a file block at or after the end of in's last extent
+// (see Inode.extEnd), looking it up once per loaded inode. in.mu is held
+// (shared or not): extents only change under the exclusive lock, so
+// concurrent lookups under the shared one store the same value.
+func (s *Store) mappedEnd(in *Inode) (uint64, error) {
+	if e := in.extEnd.Load(); e != 0 {
+		return e - 1, nil
+	}
+	last, ok, err := extentBefore(s.treeFor(in.attr.Ino), in.attr.Ino, ^uint64(0))
+	if err != nil {
+		return 0, treeErr(err)
+	}
+	end := uint64(0)
+	if ok {
+		end = last.End()
+	}
+	in.extEnd.Store(end + 1)
+	return end, nil
 }
 
 // visit returns the extent pieces of in intersecting [lblk, lblk+n), clipped.
@@ -416,6 +453,7 @@ func (s *Store) allocLocked(in *Inode, lblk, n uint64, flags uint32) (Extent, er
 func (s *Store) mapLocked(in *Inode, x Extent) error {
 	tx := s.begin()
 	defer s.opLock.RUnlock()
+	tx.e.Buf = make([]byte, 0, 64) // a map record, without regrowing
 	tx.mapExt(in.attr.Ino, x)
 	s.markDirtyLocked(in)
 	return tx.commit()
@@ -677,7 +715,6 @@ func (s *Store) Seek(in *Inode, off int64, whence int) (int64, error) {
 	found := false          // SEEK_DATA: data found at blk
 	ino := in.attr.Ino
 	t := s.treeFor(ino)
-	prefix := format.InoKindPrefix(ino, format.KindExtent)
 	start := blk
 	if x, ok, err := extentBefore(t, ino, blk+1); err != nil {
 		return 0, treeErr(err)
@@ -685,16 +722,7 @@ func (s *Store) Seek(in *Inode, off int64, whence int) (int64, error) {
 		start = x.LBlk
 	}
 	// Walk the extents from blk on, only as far as the answer needs.
-	var derr error
-	err := t.Ascend(format.ExtentKey(ino, start), func(k, v []byte) bool {
-		if !bytes.HasPrefix(k, prefix) {
-			return false
-		}
-		x, err := decodeExtent(k, v)
-		if err != nil {
-			derr = err
-			return false
-		}
+	err := ascendExtents(t, ino, start, func(x Extent) bool {
 		if x.End() <= blk {
 			return true
 		}
@@ -711,9 +739,6 @@ func (s *Store) Seek(in *Inode, off int64, whence int) (int64, error) {
 		blk = x.End()
 		return int64(blk)*bs < size
 	})
-	if err == nil {
-		err = derr
-	}
 	if err != nil {
 		return 0, treeErr(err)
 	}

@@ -77,8 +77,22 @@ func extentsIn(r seeker, ino, lblk, n uint64) ([]Extent, error) {
 			out = append(out, e)
 		}
 	}
+	err = ascendExtents(r, ino, lblk, func(e Extent) bool {
+		if e.LBlk >= end {
+			return false
+		}
+		out = append(out, e)
+		return true
+	})
+	return out, err
+}
+
+// ascendExtents calls fn for ino's extents starting at or after file block
+// from, in order, until fn returns false.
+func ascendExtents(r seeker, ino, from uint64, fn func(Extent) bool) error {
+	prefix := format.InoKindPrefix(ino, format.KindExtent)
 	var derr error
-	err = r.Ascend(from, func(k, v []byte) bool {
+	err := r.Ascend(format.ExtentKey(ino, from), func(k, v []byte) bool {
 		if !bytes.HasPrefix(k, prefix) {
 			return false
 		}
@@ -87,16 +101,33 @@ func extentsIn(r seeker, ino, lblk, n uint64) ([]Extent, error) {
 			derr = err
 			return false
 		}
-		if e.LBlk >= end {
-			return false
-		}
-		out = append(out, e)
-		return true
+		return fn(e)
 	})
 	if err == nil {
 		err = derr
 	}
-	return out, err
+	return err
+}
+
+// extentsAround looks at ino's extents near file blocks [lo, hi): prev is
+// the last one starting before lo, next the first one starting at or after
+// hi, and overlaps says whether any extent maps a block of [lo, hi).
+func extentsAround(r seeker, ino, lo, hi uint64) (prev Extent, hasPrev, overlaps bool, next Extent, hasNext bool, err error) {
+	if prev, hasPrev, err = extentBefore(r, ino, lo); err != nil {
+		return
+	}
+	if hasPrev && prev.End() > lo {
+		return prev, hasPrev, true, next, false, nil
+	}
+	err = ascendExtents(r, ino, lo, func(e Extent) bool {
+		if e.LBlk < hi {
+			overlaps = true
+		} else {
+			next, hasNext = e, true
+		}
+		return false
+	})
+	return
 }
 
 // extentBefore returns ino's last extent starting before lblk.
@@ -144,27 +175,35 @@ func punchTx(tx *tree.Tx, ino, lblk, n uint64) ([]Extent, error) {
 
 // insertTx adds e, which must cover a hole, merging with its neighbours.
 func insertTx(tx *tree.Tx, ino uint64, e Extent) error {
-	if prev, ok, err := extentBefore(tx, ino, e.LBlk); err != nil {
+	prev, hasPrev, err := extentBefore(tx, ino, e.LBlk)
+	if err != nil {
 		return err
-	} else if ok && mergeable(prev, e) {
-		if _, err := tx.Delete(format.ExtentKey(ino, prev.LBlk)); err != nil {
-			return err
-		}
-		e = Extent{LBlk: prev.LBlk, Len: prev.Len + e.Len, PBlk: prev.PBlk, Flags: e.Flags, Stream: e.Stream}
 	}
+	next, hasNext := Extent{}, false
 	if v, ok, err := tx.Get(format.ExtentKey(ino, e.End())); err != nil {
 		return err
 	} else if ok {
-		next, err := decodeExtent(format.ExtentKey(ino, e.End()), v)
-		if err != nil {
+		if next, err = decodeExtent(format.ExtentKey(ino, e.End()), v); err != nil {
 			return err
 		}
-		if mergeable(e, next) {
-			if _, err := tx.Delete(format.ExtentKey(ino, next.LBlk)); err != nil {
-				return err
-			}
-			e.Len += next.Len
+		hasNext = true
+	}
+	return putMergedTx(tx, ino, e, prev, hasPrev, next, hasNext)
+}
+
+// putMergedTx stores e, which covers a hole, merged with prev (the extent
+// before it, if any) and next (the extent after it, if any) where they
+// continue each other. Merging into prev rewrites prev's value under its
+// own key: no delete and insert.
+func putMergedTx(tx *tree.Tx, ino uint64, e, prev Extent, hasPrev bool, next Extent, hasNext bool) error {
+	if hasPrev && mergeable(prev, e) {
+		e = Extent{LBlk: prev.LBlk, Len: prev.Len + e.Len, PBlk: prev.PBlk, Flags: e.Flags, Stream: e.Stream}
+	}
+	if hasNext && mergeable(e, next) {
+		if _, err := tx.Delete(format.ExtentKey(ino, next.LBlk)); err != nil {
+			return err
 		}
+		e.Len += next.Len
 	}
 	return tx.Put(format.ExtentKey(ino, e.LBlk), extentVal(e))
 }
@@ -174,6 +213,18 @@ func insertTx(tx *tree.Tx, ino uint64, e Extent) error {
 // (freed), and the pieces of e whose blocks were not mapped before (fresh:
 // converting unwritten to written in place keeps the same blocks).
 func setTx(tx *tree.Tx, ino uint64, e Extent) (freed, fresh []Extent, err error) {
+	// The common case, a write into a hole (an append), needs one look at
+	// the neighbours and one Put.
+	prev, hasPrev, overlaps, next, hasNext, err := extentsAround(tx, ino, e.LBlk, e.End())
+	if err != nil {
+		return nil, nil, err
+	}
+	if !overlaps {
+		if err := putMergedTx(tx, ino, e, prev, hasPrev, next, hasNext); err != nil {
+			return nil, nil, err
+		}
+		return nil, []Extent{e}, nil
+	}
 	old, err := punchTx(tx, ino, e.LBlk, e.Len)
 	if err != nil {
 		return nil, nil, err

@@ -235,6 +235,16 @@ func (tx *Tx) Delete(key []byte) (bool, error) {
 	return tx.t.del(key)
 }
 
+// Rekey replaces the entry under old, which must exist, by key -> val: a
+// Delete and a Put, in place when key keeps old's position. Reserve counts
+// it as two operations.
+func (tx *Tx) Rekey(old, key, val []byte) error {
+	if tx.t == nil {
+		return ErrTxDone
+	}
+	return tx.t.rekey(old, key, val)
+}
+
 // Ascend is Tree.Ascend inside Update; fn must not change the tree.
 func (tx *Tx) Ascend(from []byte, fn func(k, v []byte) bool) error {
 	if tx.t == nil {
