@@ -268,7 +268,15 @@ func (s *Store) applyPunch(ino, lblk, n uint64, freed *[]alloc.Extent) error {
 		}
 		*freed = append(*freed, alloc.Extent{Start: o.PBlk, Len: o.Len})
 	}
-	return s.addBlocks(ino, delta)
+	in := s.itab.get(ino)
+	if in != nil {
+		// Nothing is mapped from lblk on if the punch reaches the bound
+		// (a truncate): appends after it skip the tree walk again.
+		if e := in.extEnd.Load(); e != 0 && lblk+n >= e-1 && lblk+1 < e {
+			in.extEnd.Store(lblk + 1)
+		}
+	}
+	return s.addBlocksTo(in, ino, delta)
 }
 
 // addBlocks adjusts ino's block count. A cached inode (an operation holds

@@ -343,6 +343,18 @@ func putBuf(b []byte) {
 	}
 }
 
+// writeBlocks writes whole blocks [lblk, lblk+n) of in at device block
+// pblk: data at byte offset at, zeros around it. Data that covers the
+// blocks exactly goes to the device as it is, without a copy.
+func (s *Store) writeBlocks(in *Inode, lblk, n, pblk uint64, data []byte, at int64) error {
+	buf := data
+	if at != int64(lblk*s.bs) || uint64(len(data)) != n*s.bs {
+		buf = s.blockBuf(lblk, n, data, at)
+		defer putBuf(buf)
+	}
+	return s.dev.WriteAt(buf, int64(pblk*s.bs), s.devStream(in.attr.Stream))
+}
+
 // fillUnwritten writes into a preallocated extent piece and converts the
 // written blocks.
 func (s *Store) fillUnwritten(in *Inode, seg segment, data []byte, at int64) error {
@@ -350,10 +362,7 @@ func (s *Store) fillUnwritten(in *Inode, seg segment, data []byte, at int64) err
 	lo := uint64(at / bs)
 	hi := uint64((at + int64(len(data)) + bs - 1) / bs)
 	pblk := seg.ext.PBlk + (lo - seg.lblk)
-	buf := s.blockBuf(lo, hi-lo, data, at)
-	err := s.dev.WriteAt(buf, int64(pblk)*bs, s.devStream(in.attr.Stream))
-	putBuf(buf)
-	if err != nil {
+	if err := s.writeBlocks(in, lo, hi-lo, pblk, data, at); err != nil {
 		return s.dataError(in, err)
 	}
 	x := Extent{LBlk: lo, Len: hi - lo, PBlk: pblk, Stream: in.attr.Stream}
@@ -374,10 +383,7 @@ func (s *Store) fillHole(in *Inode, seg segment, data []byte, at int64) (int, er
 		}
 		chunkLo := max(int64(lo)*bs, at)
 		chunkHi := min(int64(lo+x.Len)*bs, at+int64(len(data)))
-		buf := s.blockBuf(lo, x.Len, data[chunkLo-at:chunkHi-at], chunkLo)
-		err = s.dev.WriteAt(buf, int64(x.PBlk)*bs, s.devStream(in.attr.Stream))
-		putBuf(buf)
-		if err != nil {
+		if err := s.writeBlocks(in, lo, x.Len, x.PBlk, data[chunkLo-at:chunkHi-at], chunkLo); err != nil {
 			// The blocks were never mapped: they can go back at once.
 			_ = s.alloc.Free(x.PBlk, x.Len)
 			return done, s.dataError(in, err)

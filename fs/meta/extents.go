@@ -53,35 +53,23 @@ func extentVal(e Extent) []byte { return format.ExtentVal(e.Len, e.PBlk, e.Flags
 type seeker interface {
 	SeekLE(key []byte) (k, v []byte, ok bool, err error)
 	Ascend(from []byte, fn func(k, v []byte) bool) error
+	AscendLE(key []byte, fn func(k, v []byte) bool) error
 }
 
 // extentsIn returns ino's extents intersecting [lblk, lblk+n), unclipped.
 func extentsIn(r seeker, ino, lblk, n uint64) ([]Extent, error) {
-	prefix := format.InoKindPrefix(ino, format.KindExtent)
 	end := lblk + n
 	if end < lblk {
 		end = ^uint64(0)
 	}
 	var out []Extent
-	from := format.ExtentKey(ino, lblk)
-	k, v, ok, err := r.SeekLE(from)
-	if err != nil {
-		return nil, err
-	}
-	if ok && bytes.HasPrefix(k, prefix) {
-		e, err := decodeExtent(k, v)
-		if err != nil {
-			return nil, err
-		}
-		if e.End() > lblk && e.LBlk < lblk {
-			out = append(out, e)
-		}
-	}
-	err = ascendExtents(r, ino, lblk, func(e Extent) bool {
+	err := ascendExtentsLE(r, ino, lblk, func(e Extent) bool {
 		if e.LBlk >= end {
 			return false
 		}
-		out = append(out, e)
+		if e.End() > lblk {
+			out = append(out, e)
+		}
 		return true
 	})
 	return out, err
@@ -90,11 +78,24 @@ func extentsIn(r seeker, ino, lblk, n uint64) ([]Extent, error) {
 // ascendExtents calls fn for ino's extents starting at or after file block
 // from, in order, until fn returns false.
 func ascendExtents(r seeker, ino, from uint64, fn func(Extent) bool) error {
+	return walkExtents(r.Ascend, ino, from, fn)
+}
+
+// ascendExtentsLE is ascendExtents from the last extent starting at or
+// before file block lblk (the one that may contain it), with one descent.
+func ascendExtentsLE(r seeker, ino, lblk uint64, fn func(Extent) bool) error {
+	return walkExtents(r.AscendLE, ino, lblk, fn)
+}
+
+// walkExtents runs ascend (Ascend or AscendLE) from ino's extent key at
+// lblk, passing fn ino's extents and skipping keys before them (AscendLE
+// may start at another inode's or kind's key).
+func walkExtents(ascend func([]byte, func(k, v []byte) bool) error, ino, lblk uint64, fn func(Extent) bool) error {
 	prefix := format.InoKindPrefix(ino, format.KindExtent)
 	var derr error
-	err := r.Ascend(format.ExtentKey(ino, from), func(k, v []byte) bool {
+	err := ascend(format.ExtentKey(ino, lblk), func(k, v []byte) bool {
 		if !bytes.HasPrefix(k, prefix) {
-			return false
+			return bytes.Compare(k, prefix) < 0
 		}
 		e, err := decodeExtent(k, v)
 		if err != nil {
@@ -113,20 +114,24 @@ func ascendExtents(r seeker, ino, from uint64, fn func(Extent) bool) error {
 // the last one starting before lo, next the first one starting at or after
 // hi, and overlaps says whether any extent maps a block of [lo, hi).
 func extentsAround(r seeker, ino, lo, hi uint64) (prev Extent, hasPrev, overlaps bool, next Extent, hasNext bool, err error) {
-	if prev, hasPrev, err = extentBefore(r, ino, lo); err != nil {
-		return
-	}
-	if hasPrev && prev.End() > lo {
-		return prev, hasPrev, true, next, false, nil
-	}
-	err = ascendExtents(r, ino, lo, func(e Extent) bool {
-		if e.LBlk < hi {
+	fn := func(e Extent) bool {
+		switch {
+		case e.LBlk < lo:
+			prev, hasPrev = e, true
+			overlaps = e.End() > lo
+			return !overlaps
+		case e.LBlk < hi:
 			overlaps = true
-		} else {
+		default:
 			next, hasNext = e, true
 		}
 		return false
-	})
+	}
+	if lo == 0 {
+		err = ascendExtents(r, ino, 0, fn)
+	} else {
+		err = ascendExtentsLE(r, ino, lo-1, fn)
+	}
 	return
 }
 

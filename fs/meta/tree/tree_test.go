@@ -520,3 +520,42 @@ func TestRekey(t *testing.T) {
 		t.Fatal("rekey of a missing key succeeded")
 	}
 }
+
+// TestAscendLE checks AscendLE against the model for probe keys before,
+// between, on and after the entries, over several levels.
+func TestAscendLE(t *testing.T) {
+	h := newHarness(t, 4096, 1<<20)
+	m := model{}
+	key := func(n uint64) []byte { return binary.BigEndian.AppendUint64(nil, n) }
+	if err := h.tr.AscendLE(key(5), func(k, v []byte) bool { t.Fatal("entry in an empty tree"); return false }); err != nil {
+		t.Fatal(err)
+	}
+	for i := uint64(0); i < 4000; i++ {
+		n := 10 + i*10
+		if err := h.tr.Put(key(n), key(i)); err != nil {
+			t.Fatal(err)
+		}
+		m[string(key(n))] = string(key(i))
+	}
+	h.checkpoint()
+	ks := m.sortedKeys()
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range 2000 {
+		probe := key(rng.Uint64N(40100))
+		// Want: the last key <= probe (or the first key), then the next two.
+		start := sort.SearchStrings(ks, string(probe)+"\x00") - 1
+		start = max(start, 0)
+		var got []string
+		err := h.tr.AscendLE(probe, func(k, v []byte) bool {
+			got = append(got, string(k))
+			return len(got) < 3
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := ks[start:min(start+3, len(ks))]
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("AscendLE(%x): got %x, want %x", probe, got, want)
+		}
+	}
+}
