@@ -81,10 +81,20 @@ func StreamCountPrefix() []byte { return []byte{KeyAG, kindStream} }
 func OrphanPrefix() []byte { return []byte{KeyAG, kindOrphan} }
 
 // InoPrefix is the prefix of every key ino owns.
-func InoPrefix(ino uint64) []byte { return be.AppendUint64([]byte{KeyInoSpc}, ino) }
+func InoPrefix(ino uint64) []byte { return inoKey(ino, 0, 0)[:9] }
+
+// inoKey returns ino's prefix, then kind, with room for extra more bytes:
+// keys are built on hot paths, so with one allocation each.
+func inoKey(ino uint64, kind byte, extra int) []byte {
+	k := make([]byte, 10, 10+extra)
+	k[0] = KeyInoSpc
+	be.PutUint64(k[1:], ino)
+	k[9] = kind
+	return k
+}
 
 // InoKindPrefix is the prefix of ino's keys of one kind.
-func InoKindPrefix(ino uint64, kind byte) []byte { return append(InoPrefix(ino), kind) }
+func InoKindPrefix(ino uint64, kind byte) []byte { return inoKey(ino, kind, 0) }
 
 // InodeKey is the key of ino's attributes.
 func InodeKey(ino uint64) []byte { return InoKindPrefix(ino, KindInode) }
@@ -94,7 +104,7 @@ func TargetKey(ino uint64, i int) []byte { return append(InoKindPrefix(ino, Kind
 
 // XattrPrefix is the prefix of the chunks of xattr name.
 func XattrPrefix(ino uint64, name string) []byte {
-	k := append(InoKindPrefix(ino, KindXattr), name...)
+	k := append(inoKey(ino, KindXattr, len(name)+2), name...)
 	return append(k, 0)
 }
 
@@ -102,7 +112,7 @@ func XattrPrefix(ino uint64, name string) []byte {
 func XattrKey(ino uint64, name string, i int) []byte { return append(XattrPrefix(ino, name), byte(i)) }
 
 // ExtentKey is the key of the extent starting at file block lblk.
-func ExtentKey(ino, lblk uint64) []byte { return be.AppendUint64(InoKindPrefix(ino, KindExtent), lblk) }
+func ExtentKey(ino, lblk uint64) []byte { return be.AppendUint64(inoKey(ino, KindExtent, 8), lblk) }
 
 // DirentKey is the key of the entry name in directory dir.
 func DirentKey(dir uint64, name string) []byte {
@@ -113,7 +123,12 @@ func DirentKey(dir uint64, name string) []byte {
 func DirentHashKey(dir, h uint64) []byte { return be.AppendUint64(InoKindPrefix(dir, KindDirent), h) }
 
 // FreeKey is the key of the free extent starting at block start.
-func FreeKey(start uint64) []byte { return be.AppendUint64([]byte{KeyFreeSpc}, start) }
+func FreeKey(start uint64) []byte {
+	k := make([]byte, 9)
+	k[0] = KeyFreeSpc
+	be.PutUint64(k[1:], start)
+	return k
+}
 
 // FreePrefix starts the free-space keys.
 func FreePrefix() []byte { return []byte{KeyFreeSpc} }

@@ -69,6 +69,12 @@ func (s *Store) apply(r *format.Record, freed *[]alloc.Extent) error {
 		if err := checkIno(r.Ino); err != nil {
 			return err
 		}
+		if r.Name == xattrCaps {
+			// The writer holds in.mu (or replay runs alone).
+			if in := s.itab.get(r.Ino); in != nil {
+				in.noCaps = false
+			}
+		}
 		return treeErr(s.treeFor(r.Ino).Update(func(tx *tree.Tx) error {
 			if err := deleteChunks(tx, format.XattrPrefix(r.Ino, r.Name)); err != nil {
 				return err
@@ -233,7 +239,14 @@ func (s *Store) applyMap(ino uint64, x Extent, freed *[]alloc.Extent) error {
 		}
 		*freed = append(*freed, alloc.Extent{Start: o.PBlk, Len: o.Len})
 	}
-	return s.addBlocks(ino, delta)
+	in := s.itab.get(ino)
+	if in != nil {
+		// Keep the bound on mapped blocks an upper bound (segments).
+		if e := in.extEnd.Load(); e != 0 && e < x.End()+1 {
+			in.extEnd.Store(x.End() + 1)
+		}
+	}
+	return s.addBlocksTo(in, ino, delta)
 }
 
 // applyPunch makes ino's blocks [lblk, lblk+n) a hole.
@@ -255,7 +268,15 @@ func (s *Store) applyPunch(ino, lblk, n uint64, freed *[]alloc.Extent) error {
 		}
 		*freed = append(*freed, alloc.Extent{Start: o.PBlk, Len: o.Len})
 	}
-	return s.addBlocks(ino, delta)
+	in := s.itab.get(ino)
+	if in != nil {
+		// Nothing is mapped from lblk on if the punch reaches the bound
+		// (a truncate): appends after it skip the tree walk again.
+		if e := in.extEnd.Load(); e != 0 && lblk+n >= e-1 && lblk+1 < e {
+			in.extEnd.Store(lblk + 1)
+		}
+	}
+	return s.addBlocksTo(in, ino, delta)
 }
 
 // addBlocks adjusts ino's block count. A cached inode (an operation holds
@@ -267,7 +288,15 @@ func (s *Store) addBlocks(ino uint64, delta int64) error {
 	if delta == 0 {
 		return nil
 	}
-	if in := s.itab.get(ino); in != nil {
+	return s.addBlocksTo(s.itab.get(ino), ino, delta)
+}
+
+// addBlocksTo is addBlocks with ino's cached inode (nil: none) looked up.
+func (s *Store) addBlocksTo(in *Inode, ino uint64, delta int64) error {
+	if delta == 0 {
+		return nil
+	}
+	if in != nil {
 		// The caller holds in.mu (operations) or runs alone (replay).
 		in.attr.Blocks = uint64(int64(in.attr.Blocks) + delta)
 		s.markDirtyLocked(in)

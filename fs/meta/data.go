@@ -1,7 +1,6 @@
 package meta
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"sync"
@@ -160,12 +159,21 @@ func (s *Store) killPrivLocked(in *Inode, killSUID bool) {
 			in.attr.Mode &^= syscall.S_ISGID
 		}
 	}
-	if _, ok, err := s.getXattr(in, xattrCaps); ok && err == nil {
+	if in.noCaps {
+		return
+	}
+	_, ok, err := s.getXattr(in, xattrCaps)
+	if err != nil {
+		return
+	}
+	if ok {
 		tx := &txn{s: s}
 		tx.xattrDel(in.attr.Ino, xattrCaps)
 		tx.inode(&in.attr)
 		_ = tx.commit()
 	}
+	// Either way the file has none now: later writes skip the lookup.
+	in.noCaps = true
 }
 
 func (s *Store) addStreamBytes(stream uint32, n uint64) {
@@ -188,7 +196,16 @@ type segment struct {
 }
 
 // segments splits file blocks [first, first+n) into mapped pieces and holes.
+// in.mu is held (shared or not).
 func (s *Store) segments(in *Inode, first, n uint64) ([]segment, error) {
+	end, err := s.mappedEnd(in)
+	if err != nil {
+		return nil, err
+	}
+	if first >= end {
+		// Past every extent (an append): one hole, no tree walk.
+		return []segment{{lblk: first, n: n}}, nil
+	}
 	exts, err := s.visit(in, first, n)
 	if err != nil {
 		return nil, err
@@ -206,6 +223,26 @@ func (s *Store) segments(in *Inode, first, n uint64) ([]segment, error) {
 		out = append(out, segment{lblk: cur, n: first + n - cur})
 	}
 	return out, nil
+}
+
+// mappedEnd returns a file block at or after the end of in's last extent
+// (see Inode.extEnd), looking it up once per loaded inode. in.mu is held
+// (shared or not): extents only change under the exclusive lock, so
+// concurrent lookups under the shared one store the same value.
+func (s *Store) mappedEnd(in *Inode) (uint64, error) {
+	if e := in.extEnd.Load(); e != 0 {
+		return e - 1, nil
+	}
+	last, ok, err := extentBefore(s.treeFor(in.attr.Ino), in.attr.Ino, ^uint64(0))
+	if err != nil {
+		return 0, treeErr(err)
+	}
+	end := uint64(0)
+	if ok {
+		end = last.End()
+	}
+	in.extEnd.Store(end + 1)
+	return end, nil
 }
 
 // visit returns the extent pieces of in intersecting [lblk, lblk+n), clipped.
@@ -306,6 +343,18 @@ func putBuf(b []byte) {
 	}
 }
 
+// writeBlocks writes whole blocks [lblk, lblk+n) of in at device block
+// pblk: data at byte offset at, zeros around it. Data that covers the
+// blocks exactly goes to the device as it is, without a copy.
+func (s *Store) writeBlocks(in *Inode, lblk, n, pblk uint64, data []byte, at int64) error {
+	buf := data
+	if at != int64(lblk*s.bs) || uint64(len(data)) != n*s.bs {
+		buf = s.blockBuf(lblk, n, data, at)
+		defer putBuf(buf)
+	}
+	return s.dev.WriteAt(buf, int64(pblk*s.bs), s.devStream(in.attr.Stream))
+}
+
 // fillUnwritten writes into a preallocated extent piece and converts the
 // written blocks.
 func (s *Store) fillUnwritten(in *Inode, seg segment, data []byte, at int64) error {
@@ -313,10 +362,7 @@ func (s *Store) fillUnwritten(in *Inode, seg segment, data []byte, at int64) err
 	lo := uint64(at / bs)
 	hi := uint64((at + int64(len(data)) + bs - 1) / bs)
 	pblk := seg.ext.PBlk + (lo - seg.lblk)
-	buf := s.blockBuf(lo, hi-lo, data, at)
-	err := s.dev.WriteAt(buf, int64(pblk)*bs, s.devStream(in.attr.Stream))
-	putBuf(buf)
-	if err != nil {
+	if err := s.writeBlocks(in, lo, hi-lo, pblk, data, at); err != nil {
 		return s.dataError(in, err)
 	}
 	x := Extent{LBlk: lo, Len: hi - lo, PBlk: pblk, Stream: in.attr.Stream}
@@ -337,10 +383,7 @@ func (s *Store) fillHole(in *Inode, seg segment, data []byte, at int64) (int, er
 		}
 		chunkLo := max(int64(lo)*bs, at)
 		chunkHi := min(int64(lo+x.Len)*bs, at+int64(len(data)))
-		buf := s.blockBuf(lo, x.Len, data[chunkLo-at:chunkHi-at], chunkLo)
-		err = s.dev.WriteAt(buf, int64(x.PBlk)*bs, s.devStream(in.attr.Stream))
-		putBuf(buf)
-		if err != nil {
+		if err := s.writeBlocks(in, lo, x.Len, x.PBlk, data[chunkLo-at:chunkHi-at], chunkLo); err != nil {
 			// The blocks were never mapped: they can go back at once.
 			_ = s.alloc.Free(x.PBlk, x.Len)
 			return done, s.dataError(in, err)
@@ -416,6 +459,7 @@ func (s *Store) allocLocked(in *Inode, lblk, n uint64, flags uint32) (Extent, er
 func (s *Store) mapLocked(in *Inode, x Extent) error {
 	tx := s.begin()
 	defer s.opLock.RUnlock()
+	tx.e.Buf = make([]byte, 0, 64) // a map record, without regrowing
 	tx.mapExt(in.attr.Ino, x)
 	s.markDirtyLocked(in)
 	return tx.commit()
@@ -677,7 +721,6 @@ func (s *Store) Seek(in *Inode, off int64, whence int) (int64, error) {
 	found := false          // SEEK_DATA: data found at blk
 	ino := in.attr.Ino
 	t := s.treeFor(ino)
-	prefix := format.InoKindPrefix(ino, format.KindExtent)
 	start := blk
 	if x, ok, err := extentBefore(t, ino, blk+1); err != nil {
 		return 0, treeErr(err)
@@ -685,16 +728,7 @@ func (s *Store) Seek(in *Inode, off int64, whence int) (int64, error) {
 		start = x.LBlk
 	}
 	// Walk the extents from blk on, only as far as the answer needs.
-	var derr error
-	err := t.Ascend(format.ExtentKey(ino, start), func(k, v []byte) bool {
-		if !bytes.HasPrefix(k, prefix) {
-			return false
-		}
-		x, err := decodeExtent(k, v)
-		if err != nil {
-			derr = err
-			return false
-		}
+	err := ascendExtents(t, ino, start, func(x Extent) bool {
 		if x.End() <= blk {
 			return true
 		}
@@ -711,9 +745,6 @@ func (s *Store) Seek(in *Inode, off int64, whence int) (int64, error) {
 		blk = x.End()
 		return int64(blk)*bs < size
 	})
-	if err == nil {
-		err = derr
-	}
 	if err != nil {
 		return 0, treeErr(err)
 	}

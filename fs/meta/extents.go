@@ -53,50 +53,86 @@ func extentVal(e Extent) []byte { return format.ExtentVal(e.Len, e.PBlk, e.Flags
 type seeker interface {
 	SeekLE(key []byte) (k, v []byte, ok bool, err error)
 	Ascend(from []byte, fn func(k, v []byte) bool) error
+	AscendLE(key []byte, fn func(k, v []byte) bool) error
 }
 
 // extentsIn returns ino's extents intersecting [lblk, lblk+n), unclipped.
 func extentsIn(r seeker, ino, lblk, n uint64) ([]Extent, error) {
-	prefix := format.InoKindPrefix(ino, format.KindExtent)
 	end := lblk + n
 	if end < lblk {
 		end = ^uint64(0)
 	}
 	var out []Extent
-	from := format.ExtentKey(ino, lblk)
-	k, v, ok, err := r.SeekLE(from)
-	if err != nil {
-		return nil, err
-	}
-	if ok && bytes.HasPrefix(k, prefix) {
-		e, err := decodeExtent(k, v)
-		if err != nil {
-			return nil, err
+	err := ascendExtentsLE(r, ino, lblk, func(e Extent) bool {
+		if e.LBlk >= end {
+			return false
 		}
-		if e.End() > lblk && e.LBlk < lblk {
+		if e.End() > lblk {
 			out = append(out, e)
 		}
-	}
+		return true
+	})
+	return out, err
+}
+
+// ascendExtents calls fn for ino's extents starting at or after file block
+// from, in order, until fn returns false.
+func ascendExtents(r seeker, ino, from uint64, fn func(Extent) bool) error {
+	return walkExtents(r.Ascend, ino, from, fn)
+}
+
+// ascendExtentsLE is ascendExtents from the last extent starting at or
+// before file block lblk (the one that may contain it), with one descent.
+func ascendExtentsLE(r seeker, ino, lblk uint64, fn func(Extent) bool) error {
+	return walkExtents(r.AscendLE, ino, lblk, fn)
+}
+
+// walkExtents runs ascend (Ascend or AscendLE) from ino's extent key at
+// lblk, passing fn ino's extents and skipping keys before them (AscendLE
+// may start at another inode's or kind's key).
+func walkExtents(ascend func([]byte, func(k, v []byte) bool) error, ino, lblk uint64, fn func(Extent) bool) error {
+	prefix := format.InoKindPrefix(ino, format.KindExtent)
 	var derr error
-	err = r.Ascend(from, func(k, v []byte) bool {
+	err := ascend(format.ExtentKey(ino, lblk), func(k, v []byte) bool {
 		if !bytes.HasPrefix(k, prefix) {
-			return false
+			return bytes.Compare(k, prefix) < 0
 		}
 		e, err := decodeExtent(k, v)
 		if err != nil {
 			derr = err
 			return false
 		}
-		if e.LBlk >= end {
-			return false
-		}
-		out = append(out, e)
-		return true
+		return fn(e)
 	})
 	if err == nil {
 		err = derr
 	}
-	return out, err
+	return err
+}
+
+// extentsAround looks at ino's extents near file blocks [lo, hi): prev is
+// the last one starting before lo, next the first one starting at or after
+// hi, and overlaps says whether any extent maps a block of [lo, hi).
+func extentsAround(r seeker, ino, lo, hi uint64) (prev Extent, hasPrev, overlaps bool, next Extent, hasNext bool, err error) {
+	fn := func(e Extent) bool {
+		switch {
+		case e.LBlk < lo:
+			prev, hasPrev = e, true
+			overlaps = e.End() > lo
+			return !overlaps
+		case e.LBlk < hi:
+			overlaps = true
+		default:
+			next, hasNext = e, true
+		}
+		return false
+	}
+	if lo == 0 {
+		err = ascendExtents(r, ino, 0, fn)
+	} else {
+		err = ascendExtentsLE(r, ino, lo-1, fn)
+	}
+	return
 }
 
 // extentBefore returns ino's last extent starting before lblk.
@@ -144,27 +180,35 @@ func punchTx(tx *tree.Tx, ino, lblk, n uint64) ([]Extent, error) {
 
 // insertTx adds e, which must cover a hole, merging with its neighbours.
 func insertTx(tx *tree.Tx, ino uint64, e Extent) error {
-	if prev, ok, err := extentBefore(tx, ino, e.LBlk); err != nil {
+	prev, hasPrev, err := extentBefore(tx, ino, e.LBlk)
+	if err != nil {
 		return err
-	} else if ok && mergeable(prev, e) {
-		if _, err := tx.Delete(format.ExtentKey(ino, prev.LBlk)); err != nil {
-			return err
-		}
-		e = Extent{LBlk: prev.LBlk, Len: prev.Len + e.Len, PBlk: prev.PBlk, Flags: e.Flags, Stream: e.Stream}
 	}
+	next, hasNext := Extent{}, false
 	if v, ok, err := tx.Get(format.ExtentKey(ino, e.End())); err != nil {
 		return err
 	} else if ok {
-		next, err := decodeExtent(format.ExtentKey(ino, e.End()), v)
-		if err != nil {
+		if next, err = decodeExtent(format.ExtentKey(ino, e.End()), v); err != nil {
 			return err
 		}
-		if mergeable(e, next) {
-			if _, err := tx.Delete(format.ExtentKey(ino, next.LBlk)); err != nil {
-				return err
-			}
-			e.Len += next.Len
+		hasNext = true
+	}
+	return putMergedTx(tx, ino, e, prev, hasPrev, next, hasNext)
+}
+
+// putMergedTx stores e, which covers a hole, merged with prev (the extent
+// before it, if any) and next (the extent after it, if any) where they
+// continue each other. Merging into prev rewrites prev's value under its
+// own key: no delete and insert.
+func putMergedTx(tx *tree.Tx, ino uint64, e, prev Extent, hasPrev bool, next Extent, hasNext bool) error {
+	if hasPrev && mergeable(prev, e) {
+		e = Extent{LBlk: prev.LBlk, Len: prev.Len + e.Len, PBlk: prev.PBlk, Flags: e.Flags, Stream: e.Stream}
+	}
+	if hasNext && mergeable(e, next) {
+		if _, err := tx.Delete(format.ExtentKey(ino, next.LBlk)); err != nil {
+			return err
 		}
+		e.Len += next.Len
 	}
 	return tx.Put(format.ExtentKey(ino, e.LBlk), extentVal(e))
 }
@@ -174,6 +218,18 @@ func insertTx(tx *tree.Tx, ino uint64, e Extent) error {
 // (freed), and the pieces of e whose blocks were not mapped before (fresh:
 // converting unwritten to written in place keeps the same blocks).
 func setTx(tx *tree.Tx, ino uint64, e Extent) (freed, fresh []Extent, err error) {
+	// The common case, a write into a hole (an append), needs one look at
+	// the neighbours and one Put.
+	prev, hasPrev, overlaps, next, hasNext, err := extentsAround(tx, ino, e.LBlk, e.End())
+	if err != nil {
+		return nil, nil, err
+	}
+	if !overlaps {
+		if err := putMergedTx(tx, ino, e, prev, hasPrev, next, hasNext); err != nil {
+			return nil, nil, err
+		}
+		return nil, []Extent{e}, nil
+	}
 	old, err := punchTx(tx, ino, e.LBlk, e.Len)
 	if err != nil {
 		return nil, nil, err

@@ -33,6 +33,14 @@ type Inode struct {
 	freed bool          // deleted; the node may still be referenced by FUSE
 	wbGen atomic.Uint64 // bumped on every failed data write (errseq); no lock
 	pre   []prealloc    // allocated, unmapped blocks for the next appends (prealloc.go)
+	// noCaps: the inode is known to have no security.capability xattr,
+	// so a write skips the lookup (data.go killPrivLocked); cleared when
+	// that xattr is set (apply).
+	noCaps bool
+	// extEnd is 1 + an upper bound of the file blocks its extents map (0:
+	// not known yet): a write wholly past it lands in a hole without a
+	// tree lookup. Atomic because readers fill it in under the shared lock.
+	extEnd atomic.Uint64
 }
 
 // WBGen counts failed data writes; file handles compare it to report a

@@ -183,7 +183,6 @@ func useInTx(tx *tree.Tx, start, n uint64) error {
 	if !ok || !bytes.HasPrefix(k, format.FreePrefix()) {
 		return fmt.Errorf("using blocks %d+%d: not free: %w", start, n, format.ErrCorrupt)
 	}
-	k = bytes.Clone(k)
 	fs, fn, err := format.DecodeFree(k, v)
 	if err != nil {
 		return err
@@ -191,20 +190,25 @@ func useInTx(tx *tree.Tx, start, n uint64) error {
 	if fs+fn < start+n {
 		return fmt.Errorf("using blocks %d+%d: free extent is %d+%d: %w", start, n, fs, fn, format.ErrCorrupt)
 	}
-	if _, err := tx.Delete(k); err != nil {
+	end := start + n
+	switch {
+	case fs < start:
+		// The head stays free under its own key; the tail, if any, is new.
+		if err := tx.Put(k, format.FreeVal(start-fs)); err != nil {
+			return err
+		}
+		if fs+fn > end {
+			return tx.Put(format.FreeKey(end), format.FreeVal(fs+fn-end))
+		}
+		return nil
+	case fs+fn > end:
+		// Used from the front (appends): the record's start moves up,
+		// rewritten in place.
+		return tx.Rekey(k, format.FreeKey(end), format.FreeVal(fs+fn-end))
+	default:
+		_, err := tx.Delete(k)
 		return err
 	}
-	if fs < start {
-		if err := tx.Put(format.FreeKey(fs), format.FreeVal(start-fs)); err != nil {
-			return err
-		}
-	}
-	if end := start + n; fs+fn > end {
-		if err := tx.Put(format.FreeKey(end), format.FreeVal(fs+fn-end)); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // foldNodeSpace brings the free-space records up to date with the node

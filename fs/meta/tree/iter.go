@@ -122,6 +122,12 @@ func (t *Tree) ascend(from []byte, fn func(k, v []byte) bool) error {
 	if ok, err := cu.seek(from); !ok || err != nil {
 		return err
 	}
+	return cu.walk(fn)
+}
+
+// walk calls fn for the entries from the cursor's position on, in order,
+// until fn returns false.
+func (cu *cursor) walk(fn func(k, v []byte) bool) error {
 	if err := cu.settleForward(); err != nil {
 		return err
 	}
@@ -134,6 +140,29 @@ func (t *Tree) ascend(from []byte, fn func(k, v []byte) bool) error {
 		}
 	}
 	return nil
+}
+
+// ascendLE is ascend starting at the last entry <= key (at the first
+// entry if none is): a predecessor lookup and a walk with one descent.
+func (t *Tree) ascendLE(key []byte, fn func(k, v []byte) bool) error {
+	cu := cursor{t: t, stack: make([]frame, 0, 8)}
+	if ok, err := cu.seek(key); !ok || err != nil {
+		return err
+	}
+	// seek stops at the first entry >= key: step back unless it is key.
+	top := &cu.stack[len(cu.stack)-1]
+	if !(top.i < top.n.nkeys() && bytes.Equal(top.n.key(top.i), key)) {
+		top.i--
+	}
+	if err := cu.settleBackward(); err != nil {
+		return err
+	}
+	if !cu.valid() {
+		if _, err := cu.seek(key); err != nil {
+			return err
+		}
+	}
+	return cu.walk(fn)
 }
 
 // seekGE returns copies of the first entry with key >= from.
@@ -175,6 +204,15 @@ func (t *Tree) Ascend(from []byte, fn func(k, v []byte) bool) error {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	return t.ascend(from, fn)
+}
+
+// AscendLE is Ascend from the last entry with key <= key (from the first
+// entry if there is none): the predecessor and what follows it in one
+// descent, e.g. the extent that may contain a block and its successors.
+func (t *Tree) AscendLE(key []byte, fn func(k, v []byte) bool) error {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.ascendLE(key, fn)
 }
 
 // Seek returns (copies of) the first entry with key >= from.
@@ -233,6 +271,24 @@ func (tx *Tx) Delete(key []byte) (bool, error) {
 		return false, ErrTxDone
 	}
 	return tx.t.del(key)
+}
+
+// AscendLE is Tree.AscendLE inside Update; fn must not change the tree.
+func (tx *Tx) AscendLE(key []byte, fn func(k, v []byte) bool) error {
+	if tx.t == nil {
+		return ErrTxDone
+	}
+	return tx.t.ascendLE(key, fn)
+}
+
+// Rekey replaces the entry under old, which must exist, by key -> val: a
+// Delete and a Put, in place when key keeps old's position. Reserve counts
+// it as two operations.
+func (tx *Tx) Rekey(old, key, val []byte) error {
+	if tx.t == nil {
+		return ErrTxDone
+	}
+	return tx.t.rekey(old, key, val)
 }
 
 // Ascend is Tree.Ascend inside Update; fn must not change the tree.

@@ -461,6 +461,90 @@ func (t *Tree) split(n *node, seqAt int) (*node, []byte) {
 	return r, sep
 }
 
+// rekey replaces the entry under old, which must exist, by key -> val.
+// When key keeps old's place among the leaf's entries (the common case:
+// a free-space record whose start moves up as its front is used), the
+// entry is rewritten in place with one descent and no rebalancing;
+// otherwise it is a Delete and a Put.
+func (t *Tree) rekey(old, key, val []byte) error {
+	if err := t.checkEntry(key, val); err != nil {
+		return err
+	}
+	if t.root == 0 {
+		return fmt.Errorf("tree: rekey: key % x not found: %w", old, ErrInvalid)
+	}
+	path, found, err := t.descend(old)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return fmt.Errorf("tree: rekey: key % x not found: %w", old, ErrInvalid)
+	}
+	leaf, i := path[len(path)-1].n, path[len(path)-1].i
+	c := bytes.Compare(key, old)
+	inPlace := c == 0
+	if c > 0 {
+		// key must sort before the next entry: in the leaf, or else the
+		// separator bounding the leaf from above (none: the last leaf).
+		inPlace = true
+		if i+1 < leaf.nkeys() {
+			inPlace = bytes.Compare(key, leaf.key(i+1)) < 0
+		} else if ub := pathUpper(path); ub != nil {
+			inPlace = bytes.Compare(key, ub) < 0
+		}
+	} else if c < 0 {
+		// The mirror image: after the entry before, or at or after the
+		// separator that bounds the leaf from below.
+		if i > 0 {
+			inPlace = bytes.Compare(key, leaf.key(i-1)) > 0
+		} else if lb := pathLower(path); lb != nil {
+			inPlace = bytes.Compare(key, lb) >= 0
+		}
+	}
+	newSize := leaf.size - len(old) - len(leaf.val(i)) + len(key) + len(val)
+	if !inPlace || newSize > t.cfg.NodeSize {
+		if _, err := t.del(old); err != nil {
+			return err
+		}
+		return t.put(key, val)
+	}
+	if err := t.reserve(t.cleanCount(path), leaf.blk); err != nil {
+		return err
+	}
+	t.cowPath(path)
+	leaf = path[len(path)-1].n
+	// New slices, never old's bytes changed: a separator above may share them.
+	kv := make([]byte, len(key)+len(val))
+	copy(kv, key)
+	copy(kv[len(key):], val)
+	leaf.keys[i], leaf.vals[i] = kv[:len(key):len(key)], kv[len(key):]
+	leaf.size = newSize
+	return nil
+}
+
+// pathUpper returns the separator above which keys leave the subtree of
+// path's leaf (nil: none, the rightmost leaf). Child i of an internal node
+// holds keys k with key(i-1) <= k < key(i).
+func pathUpper(path []frame) []byte {
+	for d := len(path) - 2; d >= 0; d-- {
+		if f := path[d]; f.i < f.n.nkeys() {
+			return f.n.key(f.i)
+		}
+	}
+	return nil
+}
+
+// pathLower returns the smallest key path's leaf may hold (nil: none, the
+// leftmost leaf).
+func pathLower(path []frame) []byte {
+	for d := len(path) - 2; d >= 0; d-- {
+		if f := path[d]; f.i > 0 {
+			return f.n.key(f.i - 1)
+		}
+	}
+	return nil
+}
+
 // Delete removes key; existed says whether it was there.
 func (t *Tree) Delete(key []byte) (existed bool, err error) {
 	t.mu.Lock()

@@ -463,3 +463,99 @@ func TestPutSameValue(t *testing.T) {
 	h.checkLive()
 	h.checkpoint()
 }
+
+// TestRekey moves keys up and down by random amounts (as free-space
+// records move when their front or back is used) among many entries over
+// several levels, checkpointing now and then, and compares with a model:
+// the in-place path and the fallback must both keep the order.
+func TestRekey(t *testing.T) {
+	h := newHarness(t, 4096, 1<<20)
+	m := model{}
+	key := func(n uint64) []byte { return binary.BigEndian.AppendUint64([]byte("f"), n) }
+	rng := rand.New(rand.NewPCG(3, 4))
+	nums := map[uint64]bool{}
+	for len(nums) < 3000 {
+		n := rng.Uint64N(1 << 20)
+		nums[n] = true
+		v := fmt.Sprint(n)
+		if err := h.tr.Put(key(n), []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+		m[string(key(n))] = v
+	}
+	for step := range 20000 {
+		// Pick an existing key and a new one near it (often past its
+		// neighbours, so some moves cannot stay in place).
+		var old uint64
+		for n := range nums {
+			old = n
+			break
+		}
+		d := rng.Uint64N(64)
+		nw := old + d
+		if rng.IntN(2) == 0 && old >= d {
+			nw = old - d
+		}
+		if nums[nw] && nw != old {
+			continue
+		}
+		v := fmt.Sprint(nw, step)
+		err := h.tr.Update(func(tx *Tx) error { return tx.Rekey(key(old), key(nw), []byte(v)) })
+		if err != nil {
+			t.Fatalf("rekey %d -> %d: %v", old, nw, err)
+		}
+		delete(nums, old)
+		delete(m, string(key(old)))
+		nums[nw] = true
+		m[string(key(nw))] = v
+		if step%2000 == 0 {
+			h.checkLive()
+			h.checkpoint()
+			compare(t, h.tr, m)
+		}
+	}
+	h.checkLive()
+	compare(t, h.tr, m)
+	if err := h.tr.Update(func(tx *Tx) error { return tx.Rekey(key(1<<30), key(1<<31), nil) }); err == nil {
+		t.Fatal("rekey of a missing key succeeded")
+	}
+}
+
+// TestAscendLE checks AscendLE against the model for probe keys before,
+// between, on and after the entries, over several levels.
+func TestAscendLE(t *testing.T) {
+	h := newHarness(t, 4096, 1<<20)
+	m := model{}
+	key := func(n uint64) []byte { return binary.BigEndian.AppendUint64(nil, n) }
+	if err := h.tr.AscendLE(key(5), func(k, v []byte) bool { t.Fatal("entry in an empty tree"); return false }); err != nil {
+		t.Fatal(err)
+	}
+	for i := uint64(0); i < 4000; i++ {
+		n := 10 + i*10
+		if err := h.tr.Put(key(n), key(i)); err != nil {
+			t.Fatal(err)
+		}
+		m[string(key(n))] = string(key(i))
+	}
+	h.checkpoint()
+	ks := m.sortedKeys()
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range 2000 {
+		probe := key(rng.Uint64N(40100))
+		// Want: the last key <= probe (or the first key), then the next two.
+		start := sort.SearchStrings(ks, string(probe)+"\x00") - 1
+		start = max(start, 0)
+		var got []string
+		err := h.tr.AscendLE(probe, func(k, v []byte) bool {
+			got = append(got, string(k))
+			return len(got) < 3
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := ks[start:min(start+3, len(ks))]
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("AscendLE(%x): got %x, want %x", probe, got, want)
+		}
+	}
+}

@@ -1,0 +1,152 @@
+package meta
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"syscall"
+	"testing"
+)
+
+// TestWritePathModel drives one file through appends, writes into holes
+// and over data, truncates, fallocate (with and without KEEP_SIZE) and
+// hole punches, and compares every read with a byte model: the append
+// fast paths (a write past the last extent skips the extent lookup; a
+// write into a hole merges with its neighbours in one step) must agree
+// with the general ones whatever the extent map looks like. The image is
+// then reopened (journal replay) and checked by fsck.
+func TestWritePathModel(t *testing.T) {
+	fd, _ := newTestImage(t, 256<<20, 1)
+	s, err := Open(fd, testOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := mustCreate(t, s, s.Root(), "f")
+	const bs = 4096
+	rng := rand.New(rand.NewPCG(11, 12))
+	var model []byte
+	grow := func(n int) {
+		if n > len(model) {
+			model = append(model, make([]byte, n-len(model))...)
+		}
+	}
+	check := func(step int, what string) {
+		t.Helper()
+		if got := readAll(t, s, f); !bytes.Equal(got, model) {
+			i := 0
+			for i < min(len(got), len(model)) && got[i] == model[i] {
+				i++
+			}
+			t.Fatalf("step %d (%s): file of %d bytes differs from the model (%d bytes) at byte %d", step, what, len(got), len(model), i)
+		}
+	}
+	for step := range 600 {
+		size := int64(len(model))
+		var what string
+		switch op := rng.IntN(10); {
+		case op < 4: // append, often block-aligned, sometimes past EOF
+			off := size
+			if rng.IntN(3) == 0 {
+				off += rng.Int64N(8 * bs)
+			}
+			n := 1 + rng.IntN(3*bs)
+			if rng.IntN(2) == 0 {
+				off, n = off/bs*bs, (n+bs-1)/bs*bs
+				off = max(off, size/bs*bs)
+			}
+			p := tagged(f.Ino(), off, n, byte(step))
+			mustWrite(t, s, f, p, off)
+			grow(int(off) + n)
+			copy(model[off:], p)
+			what = "append"
+		case op < 6: // write anywhere inside or just past the file
+			off := rng.Int64N(size + 2*bs)
+			n := 1 + rng.IntN(2*bs)
+			p := tagged(f.Ino(), off, n, byte(step))
+			mustWrite(t, s, f, p, off)
+			grow(int(off) + n)
+			copy(model[off:], p)
+			what = "write"
+		case op < 7: // truncate down or up
+			ns := rng.Int64N(size + 4*bs)
+			sz := uint64(ns)
+			if err := s.Setattr(f, SetAttr{Size: &sz}); err != nil {
+				t.Fatal(err)
+			}
+			if int(ns) < len(model) {
+				model = model[:ns]
+			} else {
+				grow(int(ns))
+			}
+			what = "truncate"
+		case op < 8: // preallocate, past EOF with KEEP_SIZE or not
+			off := rng.Int64N(size + 8*bs)
+			n := 1 + rng.Int64N(6*bs)
+			mode := uint32(0)
+			if rng.IntN(2) == 0 {
+				mode = FallocKeepSize
+			}
+			if err := s.Fallocate(f, off, n, mode); err != nil {
+				t.Fatal(err)
+			}
+			if mode == 0 {
+				grow(int(off + n))
+			}
+			what = "fallocate"
+		default: // punch a hole
+			if size == 0 {
+				continue
+			}
+			off := rng.Int64N(size)
+			n := 1 + rng.Int64N(4*bs)
+			if err := s.Fallocate(f, off, n, FallocPunchHole|FallocKeepSize); err != nil {
+				t.Fatal(err)
+			}
+			clear(model[off:min(off+n, size)])
+			what = "punch"
+		}
+		check(step, what)
+	}
+	if err := s.Fsync(f); err != nil {
+		t.Fatal(err)
+	}
+	ino := f.Ino()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mustFsck(t, fd, false)
+	if s, err = Open(fd, testOpts()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if f, err = s.Lookup(s.Root(), "f"); err != nil || f.Ino() != ino {
+		t.Fatalf("lookup after reopen: %v", err)
+	}
+	check(600, "reopened")
+}
+
+// A write drops security.capability even when it is set after earlier
+// writes (which found none and remembered that), and after a reopen.
+func TestWriteKillsCapsSetLater(t *testing.T) {
+	fd, _ := newTestImage(t, 64<<20, 1)
+	s, err := Open(fd, testOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	f := mustCreate(t, s, s.Root(), "f")
+	data := tagged(f.Ino(), 0, 4096, 1)
+	for round := range 3 {
+		mustWrite(t, s, f, data, int64(round)*4096) // finds no capability
+		if err := s.Setxattr(f, xattrCaps, []byte("cap"), 0); err != nil {
+			t.Fatal(err)
+		}
+		if v, err := s.Getxattr(f, xattrCaps); err != nil || string(v) != "cap" {
+			t.Fatalf("round %d: capability after setting it: %q, %v", round, v, err)
+		}
+		mustWrite(t, s, f, data[:10], 0)
+		if _, err := s.Getxattr(f, xattrCaps); !errors.Is(err, syscall.ENODATA) {
+			t.Fatalf("round %d: capability after a write: %v, want ENODATA", round, err)
+		}
+	}
+}
