@@ -215,7 +215,7 @@ func (f *FS) sweepNodes(srv *fuse.Server, stop <-chan struct{}) {
 			st := srv.PruneNotify(ids)
 			if st == fuse.ENOSYS {
 				if f.Log != nil {
-					f.Log.Warn("the kernel cannot prune inodes (FUSE_NOTIFY_PRUNE, Linux 6.16+): daemon memory follows the kernel's inode cache")
+					f.Log.Warn("the kernel cannot prune inodes (FUSE_NOTIFY_PRUNE needs FUSE protocol 7.45): daemon memory follows the kernel's inode cache")
 				}
 				return
 			}
