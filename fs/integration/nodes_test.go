@@ -37,6 +37,9 @@ func waitNodesBounded(t *testing.T, m *mount) nodeStats {
 		if s.Limit > 0 && s.Nodes <= s.Limit {
 			return s
 		}
+		if strings.Contains(m.log.String(), "cannot prune inodes") {
+			t.Skip("this kernel has no FUSE_NOTIFY_PRUNE")
+		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the daemon holds %d nodes after %v, limit %d (pruned %d)", s.Nodes, hangGuard, s.Limit, s.Pruned)
 		}
