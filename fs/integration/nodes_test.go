@@ -34,7 +34,10 @@ func waitNodesBounded(t *testing.T, m *mount) nodeStats {
 	deadline := time.Now().Add(hangGuard)
 	for {
 		s := readNodeStats(t, m)
-		if s.Limit > 0 && s.Nodes <= s.Limit {
+		if s.Limit <= 0 {
+			t.Fatalf("the daemon holds %d nodes with no limit", s.Nodes)
+		}
+		if s.Nodes <= s.Limit {
 			return s
 		}
 		if strings.Contains(m.log.String(), "cannot prune inodes") {
