@@ -60,6 +60,7 @@ func writable(flags uint32) bool { return flags&syscall.O_ACCMODE != syscall.O_R
 
 // Open implements gofs.NodeOpener.
 func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	n.touch()
 	if !n.in.IsReg() {
 		if n.in.IsDir() {
 			return nil, 0, syscall.EISDIR

@@ -28,6 +28,9 @@ type MountOptions struct {
 	// kernel filesystem does.
 	NoSuid, NoDev, NoExec bool
 	Atime                 AtimeMode
+	// NodeLimit bounds the nodes the daemon keeps for inodes the kernel
+	// caches (nodes.go); 0: no bound.
+	NodeLimit int
 }
 
 // Mount mounts f at mountpoint and returns the running server.
@@ -84,6 +87,10 @@ func Mount(f *FS, mountpoint string, o MountOptions) (*fuse.Server, error) {
 		return nil, fmt.Errorf("mounting FUSE at %s: %w", mountpoint, err)
 	}
 	f.setServer(srv)
+	f.nodes.setLimit(o.NodeLimit)
+	stop := make(chan struct{})
+	go func() { srv.Wait(); close(stop) }()
+	go f.sweepNodes(srv, stop)
 	if err := setReadahead(mountpoint, readaheadKB); err != nil && f.Log != nil {
 		f.Log.Warn("read-ahead left at the kernel's default", zap.Error(err))
 	}

@@ -33,13 +33,15 @@ type FS struct {
 	srvMu sync.Mutex   // guards srv (set once the mount is up)
 	srv   *fuse.Server // for notifications (notify.go)
 	ops   opCounts     // FUSE requests served, by opcode (stats)
+	nodes nodeSet      // nodes the kernel holds, bounded (nodes.go)
 }
 
 // Node is one file, directory or symlink.
 type Node struct {
 	gofs.Inode
-	fs *FS
-	in *meta.Inode
+	fs    *FS
+	in    *meta.Inode
+	links nodeLinks // place in fs.nodes
 
 	qmu   sync.Mutex // guards the query snapshot below
 	qkind uint32
@@ -76,6 +78,7 @@ var (
 	_ = (gofs.NodeIoctler)((*Node)(nil))
 	_ = (gofs.NodeLookupNoder)((*Node)(nil))
 	_ = (gofs.NodeLookupParenter)((*Node)(nil))
+	_ = (gofs.NodeOnForgetter)((*Node)(nil))
 )
 
 // nameMax is NAME_MAX: the kernel passes FUSE any name under 4096 bytes,
@@ -142,7 +145,14 @@ func fillAttr(f *FS, in *meta.Inode, out *fuse.Attr) {
 func (n *Node) child(ctx context.Context, in *meta.Inode, out *fuse.EntryOut) *gofs.Inode {
 	fillAttr(n.fs, in, &out.Attr)
 	a := in.Attr()
-	return n.NewInode(ctx, &Node{fs: n.fs, in: in}, stableAttr(a))
+	nn := &Node{fs: n.fs, in: in}
+	ch := n.NewInode(ctx, nn, stableAttr(a))
+	if ch.Operations() == nn {
+		n.fs.nodes.add(nn)
+	} else if c, ok := ch.Operations().(*Node); ok {
+		c.touch() // the kernel had forgotten it, or another name
+	}
+	return ch
 }
 
 // stableAttr identifies an inode to the kernel: the node id is the inode
@@ -191,12 +201,14 @@ func (n *Node) LookupParent(ctx context.Context, out *fuse.EntryOut) (*gofs.Inod
 
 // Getattr implements gofs.NodeGetattrer.
 func (n *Node) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.touch()
 	fillAttr(n.fs, n.in, &out.Attr)
 	return 0
 }
 
 // Setattr implements gofs.NodeSetattrer.
 func (n *Node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	n.touch()
 	var a meta.SetAttr
 	if m, ok := in.GetMode(); ok {
 		a.Mode = &m

@@ -98,9 +98,15 @@ type StatsDoc struct {
 	Streams        []StreamStats   `json:"streams"`
 	Counters       meta.Counters   `json:"counters"`
 	// FuseOps counts the FUSE requests served since mount, by opcode.
-	FuseOps  map[string]uint64 `json:"fuse_ops,omitempty"`
-	FDP      *nvme.FDPStats    `json:"fdp,omitempty"`
-	FDPError string            `json:"fdp_error,omitempty"`
+	FuseOps map[string]uint64 `json:"fuse_ops,omitempty"`
+	// FuseNodes is the number of inodes the daemon holds a node for (the
+	// kernel has them cached); NodeLimit bounds it (0: unbounded) and
+	// NodesPruned counts the nodes the kernel was asked to drop.
+	FuseNodes   int            `json:"fuse_nodes"`
+	NodeLimit   int            `json:"fuse_node_limit"`
+	NodesPruned uint64         `json:"fuse_nodes_pruned"`
+	FDP         *nvme.FDPStats `json:"fdp,omitempty"`
+	FDPError    string         `json:"fdp_error,omitempty"`
 }
 
 func bmapDoc(st *meta.Store, in *meta.Inode) ([]byte, error) {
@@ -128,8 +134,9 @@ func statsDoc(f *FS) ([]byte, error) {
 		Policy: as.Policy, MaxStreams: as.MaxStreams, HWStreams: st.Device().MaxStreams(),
 		Backend: st.Device().Kind(), PlacementCache: f.PlacementCache,
 		CacheHits: as.CacheHits, CacheMisses: as.CacheMisses, AGs: as.AGs,
-		Counters: st.Counters(),
-		FuseOps:  f.FuseOps(),
+		Counters:  st.Counters(),
+		FuseOps:   f.FuseOps(),
+		FuseNodes: f.nodes.len(), NodeLimit: f.nodes.getLimit(), NodesPruned: f.nodes.pruned.Load(),
 	}
 	files, bySrc := st.StreamFileSources()
 	bytes := st.StreamBytes()

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
@@ -314,6 +315,20 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 			}
 		}
 	}
+	// STREAMFS_MEMPROFILE=FILE: a heap profile is written to FILE each time
+	// the daemon gets SIGUSR1 (what the kernel's cached inodes cost).
+	if p := os.Getenv("STREAMFS_MEMPROFILE"); p != "" {
+		usr1 := make(chan os.Signal, 1)
+		signal.Notify(usr1, syscall.SIGUSR1)
+		defer signal.Stop(usr1)
+		go func() {
+			for range usr1 {
+				if err := writeHeapProfile(p); err != nil {
+					log.Warn("heap profile", zap.Error(err))
+				}
+			}
+		}()
+	}
 	// The device first: "already mounted" explains more than a busy mount point.
 	dev, err := openWaiting(path, backend.OpenOptions{ReadOnly: o.ro, Kind: o.backend,
 		Warn: func(msg string) { log.Warn(msg) }}, stderr, "mount")
@@ -358,6 +373,7 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 	srv, err := sfs.Mount(&sfs.FS{Store: store, Log: log, Rules: o.rules}, mnt, sfs.MountOptions{
 		Source: src, ReadOnly: o.ro, AllowOther: o.allowOther, Debug: o.debug, PlacementCache: o.cache,
 		NoSuid: o.noSuid, NoDev: o.noDev, NoExec: o.noExec, Atime: o.atime,
+		NodeLimit: sfs.NodeLimit(cache),
 	})
 	if err != nil {
 		_ = store.Close()
@@ -534,4 +550,18 @@ func Helper(args []string, stdout, stderr io.Writer) int {
 	}
 	_ = cmd.Process.Release()
 	return exitOK
+}
+
+// writeHeapProfile writes a heap profile of live objects to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	runtime.GC() // live objects only
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		f.Close()
+		return fmt.Errorf("heap profile %s: %w", path, err)
+	}
+	return f.Close()
 }
