@@ -560,7 +560,7 @@ func (s *Store) Close() error {
 	s.stopWG.Wait()
 	t1 := time.Now()
 	var err error
-	var t2 time.Time
+	t2 := t1 // read-only or failed: no commit, no checkpoint
 	if !s.readOnly && !s.j.failed.Load() {
 		if err = s.SyncAll(); err == nil {
 			t2 = time.Now()
