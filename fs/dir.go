@@ -138,6 +138,13 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	if name != d.last.Name || d.last.Ino == 0 || d.ver != [2]int64{a.Mtime, a.Ctime} {
 		return d.n.Lookup(ctx, name, out)
 	}
+	if ch := d.n.GetChild(name); ch != nil {
+		// The kernel's node for the name: no inode table lookup.
+		if cn, ok := ch.Operations().(*Node); ok && cn.in.Ino() == d.last.Ino && cn.in.Attr().Nlink != 0 {
+			fillAttr(d.n.fs, cn.in, &out.Attr)
+			return ch, 0
+		}
+	}
 	in := d.n.fs.Store.Get(d.last.Ino)
 	if in == nil || in.Attr().Nlink == 0 {
 		// Removed since the batch was read: no attributes, which the

@@ -18,6 +18,11 @@ import (
 // mountFaulty mounts a fresh filesystem over a fault-injecting device, in
 // this process, and returns the mount point and the device.
 func mountFaulty(t *testing.T) (string, *faulty.Device, *format.Super) {
+	return mountFaultySize(t, 256<<20)
+}
+
+// mountFaultySize is mountFaulty with an image of size bytes (sparse).
+func mountFaultySize(t *testing.T, size int64) (string, *faulty.Device, *format.Super) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("mounting FUSE needs root")
@@ -30,7 +35,7 @@ func mountFaulty(t *testing.T) (string, *faulty.Device, *format.Super) {
 	if err := os.WriteFile(img, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Truncate(img, 256<<20); err != nil {
+	if err := os.Truncate(img, size); err != nil {
 		t.Fatal(err)
 	}
 	dev, err := backend.OpenFile(img, false)
@@ -108,5 +113,46 @@ func TestWriteErrorOncePerOpenFile(t *testing.T) {
 	}
 	if err := f3.Sync(); err != nil {
 		t.Fatalf("fsync of a file opened after the error: %v", err)
+	}
+}
+
+// A buffered write whose writeback fails is reported by close(2) although
+// the daemon asks for no FLUSH (the kernel writes the pages back and
+// returns the error the WRITE got), and by fsync to every other file open
+// at the time.
+func TestCloseReportsWritebackError(t *testing.T) {
+	// Large enough that writable opens go through the page cache (a
+	// nearly full filesystem writes through).
+	mnt, dev, sb := mountFaultySize(t, 4<<30)
+	name := filepath.Join(mnt, "f")
+	f1, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f2, err := os.OpenFile(name, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f2.Close()
+	// Close a file first so that the one FLUSH the kernel ever sends
+	// (answered ENOSYS) is behind us.
+	f0, err := os.OpenFile(filepath.Join(mnt, "g"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f0.Close(); err != nil {
+		t.Fatal(err)
+	}
+	dataStart := int64(sb.MetaEnd()) * int64(sb.BlockSize)
+	dev.FailWrites(func(off, n int64) bool { return off >= dataStart })
+	if _, err := f1.WriteAt(make([]byte, 64<<10), 0); err != nil {
+		t.Fatalf("buffered write: %v (the page cache should take it)", err)
+	}
+	if err := f1.Close(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("close after a failed writeback: %v, want EIO", err)
+	}
+	dev.FailWrites(nil)
+	if err := f2.Sync(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("fsync of another open file after the error: %v, want EIO", err)
 	}
 }

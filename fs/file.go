@@ -126,12 +126,19 @@ func (n *Node) Fsync(ctx context.Context, f gofs.FileHandle, flags uint32) sysca
 	return err
 }
 
-// Flush implements gofs.NodeFlusher: close(2) reports a pending write error.
+// Flush implements gofs.NodeFlusher. It answers ENOSYS, which the kernel
+// takes as "never send FLUSH again" on this mount: with the writeback
+// cache it would otherwise send one at every close(2), read-only ones too
+// (FOPEN_NOFLUSH is ignored in that mode), one more round trip for every
+// file a touch, tar or cp creates. close still reports a failed write: the
+// kernel writes the dirty pages back before it would send FLUSH and
+// returns the error the mapping recorded from the failed WRITE
+// (filemap_check_errors); a write(2) that goes to the daemon directly gets
+// its error itself; and every open file hears of it at its next fsync.
+// streamfs keeps no POSIX locks of its own (the kernel does), so no lock
+// owner needs the FLUSH either.
 func (n *Node) Flush(ctx context.Context, f gofs.FileHandle) syscall.Errno {
-	if h, ok := f.(*handle); ok {
-		return h.writeErr()
-	}
-	return 0
+	return syscall.ENOSYS
 }
 
 // Release implements gofs.NodeReleaser.

@@ -155,6 +155,23 @@ func (n *Node) child(ctx context.Context, in *meta.Inode, out *fuse.EntryOut) *g
 	return ch
 }
 
+// known returns the node the kernel already holds for in under name, with
+// its attributes in out, or nil. A LOOKUP or READDIRPLUS entry of a name
+// the kernel knows (every `ls -l` after a create) then reuses that node
+// instead of building one for go-fuse to find it already registered and
+// throw away.
+func (n *Node) known(name string, in *meta.Inode, out *fuse.EntryOut) *gofs.Inode {
+	ch := n.GetChild(name)
+	if ch == nil {
+		return nil
+	}
+	if cn, ok := ch.Operations().(*Node); !ok || cn.in != in {
+		return nil
+	}
+	fillAttr(n.fs, in, &out.Attr)
+	return ch
+}
+
 // stableAttr identifies an inode to the kernel: the node id is the inode
 // number (Options.ExternalNodeID) and the generation goes into file
 // handles, so a handle stays valid across remounts.
@@ -255,6 +272,9 @@ func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 	in, err := n.fs.Store.Lookup(n.in, name)
 	if err != nil {
 		return nil, errno(err)
+	}
+	if ch := n.known(name, in, out); ch != nil {
+		return ch, 0
 	}
 	return n.child(ctx, in, out), 0
 }

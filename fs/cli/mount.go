@@ -349,6 +349,14 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 		cache = meta.DefaultCacheBytes
 	}
 	debug.SetMemoryLimit(cache*3/2 + 256<<20)
+	// The live heap is small beside that limit (tens of MB for tens of
+	// thousands of files), so the default GOGC of 100 collected every few
+	// MB of garbage: a cycle per few hundred creates, its mark workers
+	// taking CPU from the requests on a busy machine. Collect less often
+	// and let the limit above bound the heap. GOGC in the environment wins.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(gcPercent)
+	}
 	store, err := meta.Open(dev, meta.Options{
 		ReadOnly: o.ro, Discard: o.discard, Policy: o.placement, PlacementCache: o.cache,
 		CommitInterval: o.commit, CacheBytes: o.cacheBytes, Logger: log,
@@ -467,6 +475,9 @@ func remount(mnt string, o mountOpts) error {
 
 // readyEnv names the descriptor a background mount reports readiness on.
 const readyEnv = "STREAMFS_READY_FD"
+
+// gcPercent is the daemon's GOGC unless the environment sets one.
+const gcPercent = 400
 
 // Helper implements the mount(8) helper form `streamfs PATH MOUNTPOINT -o
 // OPTS` that mount.fuse3 runs: options anywhere, generic options ignored,

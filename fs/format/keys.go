@@ -67,7 +67,9 @@ var be = binary.BigEndian
 func AGHeaderKey() []byte { return []byte{KeyAG, kindAGHeader} }
 
 // OrphanKey is the key marking ino as an orphan.
-func OrphanKey(ino uint64) []byte { return be.AppendUint64([]byte{KeyAG, kindOrphan}, ino) }
+func OrphanKey(ino uint64) []byte {
+	return be.AppendUint64(append(make([]byte, 0, 10), KeyAG, kindOrphan), ino)
+}
 
 // StreamCountKey is the key of the inode count of stream id and source src.
 func StreamCountKey(id uint32, src uint8) []byte {
@@ -81,14 +83,15 @@ func StreamCountPrefix() []byte { return []byte{KeyAG, kindStream} }
 func OrphanPrefix() []byte { return []byte{KeyAG, kindOrphan} }
 
 // InoPrefix is the prefix of every key ino owns.
-func InoPrefix(ino uint64) []byte { return inoKey(ino, 0, 0)[:9] }
+func InoPrefix(ino uint64) []byte { return inoKey(ino, 0, 0)[:9:9] }
 
-// inoKey returns ino's prefix, then kind, with room for extra more bytes:
-// keys are built on hot paths, so with one allocation each.
+// inoKey returns ino's key prefix of one kind with room for extra more
+// bytes, in one allocation: built by appends, a key took up to four, and
+// every create, lookup and unlink builds several.
 func inoKey(ino uint64, kind byte, extra int) []byte {
 	k := make([]byte, 10, 10+extra)
 	k[0] = KeyInoSpc
-	be.PutUint64(k[1:], ino)
+	be.PutUint64(k[1:9], ino)
 	k[9] = kind
 	return k
 }
@@ -97,12 +100,13 @@ func inoKey(ino uint64, kind byte, extra int) []byte {
 func InoKindPrefix(ino uint64, kind byte) []byte { return inoKey(ino, kind, 0) }
 
 // InodeKey is the key of ino's attributes.
-func InodeKey(ino uint64) []byte { return InoKindPrefix(ino, KindInode) }
+func InodeKey(ino uint64) []byte { return inoKey(ino, KindInode, 0) }
 
 // TargetKey is the key of chunk i of a symlink target.
-func TargetKey(ino uint64, i int) []byte { return append(InoKindPrefix(ino, KindTarget), byte(i)) }
+func TargetKey(ino uint64, i int) []byte { return append(inoKey(ino, KindTarget, 1), byte(i)) }
 
-// XattrPrefix is the prefix of the chunks of xattr name.
+// XattrPrefix is the prefix of the chunks of xattr name (with room for
+// XattrKey's chunk number).
 func XattrPrefix(ino uint64, name string) []byte {
 	k := append(inoKey(ino, KindXattr, len(name)+2), name...)
 	return append(k, 0)
@@ -116,18 +120,15 @@ func ExtentKey(ino, lblk uint64) []byte { return be.AppendUint64(inoKey(ino, Kin
 
 // DirentKey is the key of the entry name in directory dir.
 func DirentKey(dir uint64, name string) []byte {
-	return append(be.AppendUint64(InoKindPrefix(dir, KindDirent), DirHash(name)), name...)
+	return append(be.AppendUint64(inoKey(dir, KindDirent, 8+len(name)), DirHash(name)), name...)
 }
 
 // DirentHashKey is the first possible key with hash h in dir.
-func DirentHashKey(dir, h uint64) []byte { return be.AppendUint64(InoKindPrefix(dir, KindDirent), h) }
+func DirentHashKey(dir, h uint64) []byte { return be.AppendUint64(inoKey(dir, KindDirent, 8), h) }
 
 // FreeKey is the key of the free extent starting at block start.
 func FreeKey(start uint64) []byte {
-	k := make([]byte, 9)
-	k[0] = KeyFreeSpc
-	be.PutUint64(k[1:], start)
-	return k
+	return be.AppendUint64(append(make([]byte, 0, 9), KeyFreeSpc), start)
 }
 
 // FreePrefix starts the free-space keys.

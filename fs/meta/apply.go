@@ -382,6 +382,10 @@ type txn struct {
 	freed []alloc.Extent
 	err   error
 	hint  uint64 // an inode the transaction changes (journal stripe)
+	// inline holds the records of a small operation (a create is an inode,
+	// an entry and the parent's inode): growing e.Buf from nothing took
+	// six allocations. journal.append copies the records out.
+	inline [320]byte
 }
 
 func (t *txn) add(start int) {

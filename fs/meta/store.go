@@ -468,7 +468,9 @@ func (s *Store) reclaimOrphans() (int, error) {
 // caller releases it after commit.
 func (s *Store) begin() *txn {
 	s.opLock.RLock()
-	return &txn{s: s}
+	t := &txn{s: s}
+	t.e.Buf = t.inline[:0]
+	return t
 }
 
 // needCheckpoint says the dirty tree nodes should be written: they are
