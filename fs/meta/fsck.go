@@ -94,6 +94,10 @@ func Fsck(dev backend.Device, opts FsckOptions) (*FsckReport, error) {
 	s.badCommit = func(err error) {
 		badCommit = f.problem(true, "%v: the journal ends before it", err)
 	}
+	s.badAGHeader = func(ag int, err error) {
+		f.badHeader = append(f.badHeader, ag)
+		f.problem(true, "%v: counters recounted from the tree", err)
+	}
 	h, commits, _, err := s.load(true)
 	if err != nil {
 		// Without readable trees there is nothing to repair from.
@@ -138,6 +142,8 @@ type fsck struct {
 	rep    *FsckReport
 	repair bool
 	fixes  int // repairs that need a checkpoint
+	// badHeader lists the AGs whose header was missing or malformed.
+	badHeader []int
 }
 
 // problem reports an error. It returns true when the caller should repair
@@ -215,9 +221,9 @@ type owner struct {
 // directory entries (they point at inodes, each directory reachable from
 // the root once, parent pointers), link counts, block counts, extents
 // (inside the data area) and free space (every block of the data area is
-// exactly one of: free, a tree node, a file's extent). Structural damage
-// is reported, not repaired; link and block counts and dangling entries
-// are repaired with -y.
+// exactly one of: free, a tree node, a file's extent) and the AG counters
+// (fsckcount.go). Structural damage is reported, not repaired; link and
+// block counts, dangling entries and AG counters are repaired with -y.
 func (f *fsck) checkTrees() {
 	s := f.s
 	// Attributes replay left in memory go into the trees first, as a
@@ -248,7 +254,9 @@ func (f *fsck) checkTrees() {
 	var dirents []dirent
 	var owners []owner
 	orphans := map[uint64]bool{}
+	counts := make([]agCount, len(s.trees))
 	for ag, t := range s.trees {
+		cnt := &counts[ag]
 		for _, err := range t.Check(func(blk uint64, level int) {
 			owners = append(owners, owner{blk, 1, fmt.Sprintf("AG %d tree node", ag)})
 		}) {
@@ -272,6 +280,8 @@ func (f *fsck) checkTrees() {
 				}
 			case len(k) == 10 && k[0] == format.KeyAG && bytes.HasPrefix(k, format.OrphanPrefix()):
 				orphans[binary.BigEndian.Uint64(k[2:])] = true
+			case len(k) > 0 && k[0] == format.KeyAG:
+				cnt.agKey(ag, k, v)
 			case len(k) > 0 && k[0] == format.KeyInoSpc:
 				ino, kind, _, err := format.InoKey(k)
 				if err != nil {
@@ -289,6 +299,7 @@ func (f *fsck) checkTrees() {
 						return true
 					}
 					inodes[ino] = &inodeInfo{a: a}
+					cnt.inode(&a)
 				case format.KindExtent:
 					e, err := decodeExtent(k, v)
 					if err != nil {
@@ -306,7 +317,12 @@ func (f *fsck) checkTrees() {
 						return true
 					}
 					dirents = append(dirents, dirent{ino, child, name})
+				case format.KindTarget, format.KindXattr:
+				default:
+					cnt.unknownKey(k)
 				}
+			default:
+				cnt.unknownKey(k)
 			}
 			return true
 		})
@@ -328,6 +344,7 @@ func (f *fsck) checkTrees() {
 			owners = append(owners, owner{x.e.PBlk, x.e.Len, fmt.Sprintf("inode %d", x.ino)})
 		}
 	}
+	f.checkCounters(counts)
 	// Every data-area block has exactly one owner.
 	sort.Slice(owners, func(i, j int) bool { return owners[i].start < owners[j].start })
 	cursor := s.sb.MetaEnd()

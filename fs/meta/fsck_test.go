@@ -105,6 +105,24 @@ func treeBlocks(t *testing.T, path string) (*format.Super, []uint64) {
 	return s.sb, blks
 }
 
+// fsckRepairCycle runs fsck -n (errors left: exit 4, and one problem
+// containing want), fsck -y (every error corrected: exit 1, a checkpoint
+// written) and fsck -n again (clean) on the damaged image p.
+func fsckRepairCycle(t *testing.T, p, want string) {
+	t.Helper()
+	rep := fsckRun(t, p, false)
+	if rep.ExitCode() != FsckUncorrected || !strings.Contains(strings.Join(rep.Problems, "\n"), want) {
+		t.Fatalf("fsck -n: exit %d, want %d and a problem with %q: %q", rep.ExitCode(), FsckUncorrected, want, rep.Problems)
+	}
+	rep = fsckRun(t, p, true)
+	if rep.ExitCode() != FsckCorrected || !rep.Wrote {
+		t.Fatalf("fsck -y: exit %d (wrote %v): %q", rep.ExitCode(), rep.Wrote, rep.Problems)
+	}
+	if rep = fsckRun(t, p, false); len(rep.Problems) != 0 {
+		t.Fatalf("fsck after repair: %q", rep.Problems)
+	}
+}
+
 func corruptAt(t *testing.T, path string, off int64, b []byte) {
 	t.Helper()
 	fh, err := os.OpenFile(path, os.O_RDWR, 0)
@@ -224,17 +242,7 @@ func TestFsckRepairs(t *testing.T) {
 			}
 			s.Close()
 			fd.Close()
-			rep := fsckRun(t, p, false)
-			if len(rep.Problems) == 0 {
-				t.Fatalf("fsck -n found nothing after damaging the %s", name)
-			}
-			rep = fsckRun(t, p, true)
-			if rep.ExitCode() != FsckCorrected || !rep.Wrote {
-				t.Fatalf("fsck -y: exit %d (wrote %v): %v", rep.ExitCode(), rep.Wrote, rep.Problems)
-			}
-			if rep = fsckRun(t, p, false); len(rep.Problems) != 0 {
-				t.Fatalf("fsck after repair: %v", rep.Problems)
-			}
+			fsckRepairCycle(t, p, "")
 			fd = openImage(t, p)
 			s, err = Open(fd, testOpts())
 			if err != nil {

@@ -104,6 +104,10 @@ type Store struct {
 	// whose records do not decode; replay then ends before it instead of
 	// failing.
 	badCommit func(error)
+	// badAGHeader, set by fsck, hears of a missing or malformed AG header;
+	// the AG's counters then start from zero and fsck recounts them.
+	// Without it such a header fails the load.
+	badAGHeader func(ag int, err error)
 }
 
 type storeStats struct {

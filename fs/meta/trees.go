@@ -335,12 +335,18 @@ func (s *Store) loadAGs() error {
 		if err != nil {
 			return fmt.Errorf("AG %d header: %w", ag, treeErr(err))
 		}
-		if !ok {
-			return fmt.Errorf("AG %d header missing: %w", ag, format.ErrCorrupt)
-		}
 		h, err := format.DecodeAGHeader(v)
+		if !ok {
+			err = fmt.Errorf("AG %d header missing: %w", ag, format.ErrCorrupt)
+		} else if err != nil {
+			err = fmt.Errorf("AG %d: %w", ag, err)
+		}
 		if err != nil {
-			return fmt.Errorf("AG %d: %w", ag, err)
+			if s.badAGHeader == nil {
+				return err
+			}
+			s.badAGHeader(ag, err)
+			h = &format.AGHeader{}
 		}
 		s.agNext[ag].Store(h.NextAgino)
 		st := &s.ags[ag]
