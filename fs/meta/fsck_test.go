@@ -17,15 +17,7 @@ import (
 // returns its image path, cleanly unmounted.
 func fsckImage(t *testing.T) string {
 	t.Helper()
-	fd, path := newTestImage(t, 64<<20, 1)
-	s, err := Open(fd, testOpts())
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := s.Create(s.Root(), "d", NewInode{Mode: syscall.S_IFDIR | 0o755})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fd, path, s, d := openWithDir(t, 1, 0)
 	for i := 0; i < 300; i++ {
 		f := mustCreate(t, s, d, strings.Repeat("n", 100)+itoa(uint64(i)))
 		mustWrite(t, s, f, tagged(f.Ino(), 0, 5000, 1), 0)
@@ -46,6 +38,26 @@ func fsckImage(t *testing.T) string {
 	}
 	fd.Close() // releases the device lock for the checks
 	return path
+}
+
+// openWithDir makes a 64 MiB filesystem and opens it with a directory "d"
+// in the root (with write stream stream unless 0).
+func openWithDir(t *testing.T, seed int64, stream uint32) (fd *faulty.Device, path string, s *Store, d *Inode) {
+	t.Helper()
+	fd, path = newTestImage(t, 64<<20, seed)
+	s, err := Open(fd, testOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err = s.Create(s.Root(), "d", NewInode{Mode: syscall.S_IFDIR | 0o755}); err != nil {
+		t.Fatal(err)
+	}
+	if stream != 0 {
+		if err := s.SetStream(d, stream); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return fd, path, s, d
 }
 
 func itoa(v uint64) string { return strconv.FormatUint(v, 10) }

@@ -23,18 +23,7 @@ const treeSeedDir = "../format/testdata/fuzz/FuzzDecodeTreeEntries"
 // file) and returns, for each kind, the first entry of it in the trees.
 func imageTreeEntries(t *testing.T) map[string][2][]byte {
 	t.Helper()
-	fd, _ := newTestImage(t, 64<<20, 1)
-	s, err := Open(fd, testOpts())
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := s.Create(s.Root(), "d", NewInode{Mode: syscall.S_IFDIR | 0o755})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.SetStream(d, 2); err != nil {
-		t.Fatal(err)
-	}
+	_, _, s, d := openWithDir(t, 1, 2)
 	f := mustCreate(t, s, d, "file")
 	mustWrite(t, s, f, tagged(f.Ino(), 0, 3*4096+100, 1), 0)
 	if err := s.Fallocate(f, 1<<20, 1<<20, 0); err != nil {
