@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sort"
 	"syscall"
 
 	"go.uber.org/zap"
@@ -94,6 +93,7 @@ func Fsck(dev backend.Device, opts FsckOptions) (*FsckReport, error) {
 	s.badCommit = func(err error) {
 		badCommit = f.problem(true, "%v: the journal ends before it", err)
 	}
+	s.lenientFree = true
 	s.badAGHeader = func(ag int, err error) {
 		f.badHeader = append(f.badHeader, ag)
 		f.problem(true, "%v: counters recounted from the tree", err)
@@ -255,6 +255,7 @@ func (f *fsck) checkTrees() {
 	var owners []owner
 	orphans := map[uint64]bool{}
 	counts := make([]agCount, len(s.trees))
+	freeBad := false // a free-space record is malformed or misplaced
 	for ag, t := range s.trees {
 		cnt := &counts[ag]
 		for _, err := range t.Check(func(blk uint64, level int) {
@@ -271,12 +272,14 @@ func (f *fsck) checkTrees() {
 			case len(k) > 0 && k[0] == format.KeyFreeSpc:
 				fs, fn, err := format.DecodeFree(k, v)
 				if err != nil {
-					f.problem(false, "AG %d: %v", ag, err)
+					freeBad = true
+					f.problem(true, "AG %d: %v", ag, err)
 					return true
 				}
-				owners = append(owners, owner{fs, fn, "free space"})
+				owners = append(owners, owner{fs, fn, freeSpace})
 				if s.agOfBlock(fs) != uint32(ag) || s.agOfBlock(fs+fn-1) != uint32(ag) {
-					f.problem(false, "free extent %d+%d recorded in AG %d's tree", fs, fn, ag)
+					freeBad = true
+					f.problem(true, "free extent %d+%d recorded in AG %d's tree", fs, fn, ag)
 				}
 			case len(k) == 10 && k[0] == format.KeyAG && bytes.HasPrefix(k, format.OrphanPrefix()):
 				orphans[binary.BigEndian.Uint64(k[2:])] = true
@@ -344,42 +347,8 @@ func (f *fsck) checkTrees() {
 			owners = append(owners, owner{x.e.PBlk, x.e.Len, fmt.Sprintf("inode %d", x.ino)})
 		}
 	}
+	f.checkSpace(owners, freeBad)
 	f.checkCounters(counts)
-	// Every data-area block has exactly one owner.
-	sort.Slice(owners, func(i, j int) bool { return owners[i].start < owners[j].start })
-	cursor := s.sb.MetaEnd()
-	var leaked []owner
-	leak := func(start, end uint64) {
-		if f.problem(true, "blocks %d..%d are neither free nor in use (leaked): made free", start, end-1) {
-			leaked = append(leaked, owner{start, end - start, "leaked"})
-		}
-	}
-	for _, o := range owners {
-		switch {
-		case o.start < cursor:
-			f.problem(false, "blocks %d+%d (%s) also belong to another owner", o.start, o.n, o.what)
-		case o.start > cursor:
-			leak(cursor, o.start)
-		}
-		cursor = max(cursor, o.start+o.n)
-	}
-	if cursor < s.sb.BackupBlock {
-		leak(cursor, s.sb.BackupBlock)
-	}
-	for _, l := range leaked {
-		if err := s.spaceFree(l.start, l.n); err != nil {
-			f.problem(false, "freeing leaked blocks %d+%d: %v", l.start, l.n, err)
-			continue
-		}
-		f.fixes++
-	}
-	for _, o := range owners {
-		if o.what == "free space" {
-			f.rep.FreeBlocks += o.n
-		} else {
-			f.rep.UsedBlocks += o.n
-		}
-	}
 	// Directory entries.
 	root := inodes[RootIno]
 	if root == nil || root.a.Mode&syscall.S_IFMT != syscall.S_IFDIR {

@@ -44,6 +44,36 @@ func rawCheckpoint(t *testing.T, s *Store) {
 	}
 }
 
+// damagedCopy copies the image base, opens it, changes its trees with do
+// (under opLock, no journal record) and writes them: as a checkpoint
+// would, or with raw exactly as they are (rawCheckpoint). It returns the
+// copy's path, closed.
+func damagedCopy(t *testing.T, base string, raw bool, do func(s *Store)) string {
+	t.Helper()
+	p := copyFile(t, base)
+	fd := openImage(t, p)
+	defer fd.Close()
+	s, err := Open(fd, testOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw {
+		do(s)
+		rawCheckpoint(t, s)
+	} else {
+		s.opLock.Lock()
+		do(s)
+		s.opLock.Unlock()
+		if err := s.checkpoint(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // Damage to each AG counter (inode count, next inode number, stream
 // counts, the rotor, the header itself) and stray keys in the AG area:
 // fsck -n reports it (exit 4), fsck -y recounts from the trees (exit 1),
@@ -115,30 +145,10 @@ func TestFsckRepairsCounters(t *testing.T) {
 	}
 	for name, c := range cases {
 		t.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) {
-			p := copyFile(t, base)
+			p := damagedCopy(t, base, c.raw, c.do)
+			fsckRepairCycle(t, p, c.want)
 			fd := openImage(t, p)
 			s, err := Open(fd, testOpts())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if c.raw {
-				c.do(s)
-				rawCheckpoint(t, s)
-			} else {
-				s.opLock.Lock()
-				c.do(s)
-				s.opLock.Unlock()
-				if err := s.checkpoint(); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := s.Close(); err != nil {
-				t.Fatal(err)
-			}
-			fd.Close()
-			fsckRepairCycle(t, p, c.want)
-			fd = openImage(t, p)
-			s, err = Open(fd, testOpts())
 			if err != nil {
 				t.Fatalf("mount after repair: %v", err)
 			}
