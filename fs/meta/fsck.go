@@ -5,7 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"syscall"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -86,22 +89,38 @@ func Fsck(dev backend.Device, opts FsckOptions) (*FsckReport, error) {
 		return nil, fmt.Errorf("filesystem has features %#x/%#x this fsck does not know: %w",
 			sb.Compat, sb.ROCompat, format.ErrNewerFormat)
 	}
-	s := newStore(dev, sb, Options{Logger: log}, !opts.Repair)
-	f.s = s
-	defer s.closeCaches()
 	badCommit := false
-	s.badCommit = func(err error) {
-		badCommit = f.problem(true, "%v: the journal ends before it", err)
+	open := func() *Store {
+		s := newStore(dev, sb, Options{Logger: log}, !opts.Repair)
+		f.s = s
+		s.badCommit = func(err error) {
+			badCommit = f.problem(true, "%v: the journal ends before it", err)
+		}
+		s.lenientFree = true
+		s.badAGHeader = func(ag int, err error) {
+			f.badHeader = append(f.badHeader, ag)
+			f.problem(true, "%v: counters recounted from the tree", err)
+		}
+		return s
 	}
-	s.lenientFree = true
-	s.badAGHeader = func(ag int, err error) {
-		f.badHeader = append(f.badHeader, ag)
-		f.problem(true, "%v: counters recounted from the tree", err)
-	}
+	s := open()
+	defer func() { f.s.closeCaches() }()
 	h, commits, _, err := s.load(true)
+	if err != nil && opts.Repair && errors.Is(err, format.ErrCorrupt) {
+		// A tree node on the way of the load does not verify: start
+		// again from the checkpoint, rebuilding the damaged trees.
+		s.closeCaches()
+		rep.Problems, rep.Fixed, f.badHeader, badCommit = nil, 0, nil, false
+		s = open()
+		h, commits, err = f.loadDamaged(err)
+	}
 	if err != nil {
 		// Without readable trees there is nothing to repair from.
-		f.problem(false, "loading metadata: %v", err)
+		hint := ""
+		if !opts.Repair && errors.Is(err, format.ErrCorrupt) {
+			hint = " (fsck -y rebuilds damaged trees from what is readable)"
+		}
+		f.problem(false, "loading metadata: %v%s", err, hint)
 		return rep, nil
 	}
 	rep.Checkpoint, rep.ReplayedCommits = h.Seq, commits
@@ -222,8 +241,9 @@ type owner struct {
 // the root once, parent pointers), link counts, block counts, extents
 // (inside the data area) and free space (every block of the data area is
 // exactly one of: free, a tree node, a file's extent) and the AG counters
-// (fsckcount.go). Structural damage is reported, not repaired; link and
-// block counts, dangling entries and AG counters are repaired with -y.
+// (fsckcount.go). With -y, damaged trees are rebuilt first
+// (fscksalvage.go), then link and block counts, dangling entries, lost
+// inodes (to lost+found), free space and AG counters are repaired.
 func (f *fsck) checkTrees() {
 	s := f.s
 	// Attributes replay left in memory go into the trees first, as a
@@ -238,6 +258,9 @@ func (f *fsck) checkTrees() {
 	// Replay in memory moved tree nodes: account for them as a checkpoint would.
 	if _, err := s.foldNodeSpace(); err != nil {
 		f.problem(false, "tree node space: %v", err)
+	}
+	if f.repair {
+		f.salvageTrees()
 	}
 	type inodeInfo struct {
 		a       format.InodeRec
@@ -336,7 +359,12 @@ func (f *fsck) checkTrees() {
 		for _, x := range extents {
 			in := inodes[x.ino]
 			if in == nil {
-				f.problem(false, "extent of missing inode %d", x.ino)
+				if f.problem(true, "extent %d+%d of missing inode %d: dropped", x.e.LBlk, x.e.Len, x.ino) {
+					if _, err := t.Delete(format.ExtentKey(x.ino, x.e.LBlk)); err != nil {
+						f.problem(false, "dropping extent of inode %d: %v", x.ino, err)
+					}
+					f.fixes++
+				}
 				continue
 			}
 			in.blocks += x.e.Len
@@ -358,7 +386,12 @@ func (f *fsck) checkTrees() {
 	for _, d := range dirents {
 		dir, child := inodes[d.dir], inodes[d.ino]
 		if dir == nil || dir.a.Mode&syscall.S_IFMT != syscall.S_IFDIR {
-			f.problem(false, "entry %q in %d, which is not a directory", d.name, d.dir)
+			if f.problem(true, "entry %q in %d, which is not a directory: dropped", d.name, d.dir) {
+				if _, err := s.treeFor(d.dir).Delete(format.DirentKey(d.dir, d.name)); err != nil {
+					f.problem(false, "dropping entry %q in %d: %v", d.name, d.dir, err)
+				}
+				f.fixes++
+			}
 			continue
 		}
 		if child == nil {
@@ -374,6 +407,7 @@ func (f *fsck) checkTrees() {
 		}
 	}
 	// Reachability: walk parents up to the root.
+	var homeless []uint64 // inodes no entry reaches, for lost+found
 	for ino, in := range inodes {
 		if ino == RootIno {
 			continue
@@ -386,7 +420,9 @@ func (f *fsck) checkTrees() {
 				f.rep.Orphans++
 				continue
 			}
-			f.problem(false, "inode %d is not in any directory", ino)
+			if f.problem(true, "inode %d is not in any directory: moved to lost+found", ino) {
+				homeless = append(homeless, ino)
+			}
 			continue
 		}
 		seen := map[uint64]bool{ino: true}
@@ -406,6 +442,45 @@ func (f *fsck) checkTrees() {
 		if in.a.Mode&syscall.S_IFMT == syscall.S_IFDIR && in.a.Parent != in.parents[0] {
 			if f.problem(true, "directory %d's parent pointer is %d, its entry is in %d", ino, in.a.Parent, in.parents[0]) {
 				in.a.Parent = in.parents[0]
+				tx.inode(&in.a)
+			}
+		}
+	}
+	if len(homeless) > 0 {
+		// As e2fsck: /lost+found (made if missing) gets an entry "#ino"
+		// for every inode no entry reaches; link counts follow below.
+		var lf uint64
+		for _, d := range dirents {
+			if c := inodes[d.ino]; d.dir == RootIno && d.name == "lost+found" && c != nil && c.a.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+				lf = d.ino
+			}
+		}
+		if lf == 0 {
+			agino := max(s.agNext[0].Load(), uint32(RootIno)+1)
+			for inodes[alloc.MakeIno(0, agino)] != nil {
+				agino++
+			}
+			s.agNext[0].Store(agino + 1)
+			lf = alloc.MakeIno(0, agino)
+			now := time.Now().UnixNano()
+			a := format.InodeRec{Ino: lf, Mode: syscall.S_IFDIR | 0o700, Nlink: 2, Parent: RootIno, Gen: 1,
+				Atime: now, Mtime: now, Ctime: now, Btime: now}
+			tx.inode(&a)
+			tx.link(RootIno, lf, a.Mode, "lost+found")
+			inodes[lf] = &inodeInfo{a: a, links: 1, parents: []uint64{RootIno}}
+			if root != nil {
+				root.subdirs++
+			}
+		}
+		slices.Sort(homeless)
+		for _, ino := range homeless {
+			in := inodes[ino]
+			tx.link(lf, ino, in.a.Mode, "#"+strconv.FormatUint(ino, 10))
+			in.links++
+			in.parents = append(in.parents, lf)
+			if in.a.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+				inodes[lf].subdirs++
+				in.a.Parent = lf
 				tx.inode(&in.a)
 			}
 		}

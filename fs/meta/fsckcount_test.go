@@ -80,7 +80,7 @@ func damagedCopy(t *testing.T, base string, raw bool, do func(s *Store)) string 
 // a second fsck is clean, and the filesystem mounts, works and keeps its
 // stream counts right.
 func TestFsckRepairsCounters(t *testing.T) {
-	base := fsckImage(t)
+	base := fsckImageN(t, 20)
 	// Streams on some files, so that there are stream counts to damage.
 	var dirAG uint32
 	want := func() map[uint32][4]uint64 {

@@ -147,7 +147,7 @@ func (t *Tree) Salvage(fn func(k, v []byte), visit func(blk uint64)) (lost []err
 	var walk func(blk uint64, want int, lo, hi []byte)
 	walk = func(blk uint64, want int, lo, hi []byte) {
 		drop := func(why error) {
-			lost = append(lost, fmt.Errorf("keys from %q to %q lost: %w", lo, hi, why))
+			lost = append(lost, fmt.Errorf("keys from %s to %s lost: %w", showKey(lo, "the first"), showKey(hi, "the last"), why))
 		}
 		if seen[blk] {
 			drop(fmt.Errorf("%w: block %d (owner %d) is referenced twice", ErrCorrupt, blk, t.cfg.Owner))
@@ -205,4 +205,15 @@ func (n *node) childRange(i int, lo, hi []byte) ([]byte, []byte) {
 		hi = n.key(i)
 	}
 	return lo, hi
+}
+
+// showKey prints a key bound briefly: hex, cut after 24 bytes; none for nil.
+func showKey(k []byte, none string) string {
+	if k == nil {
+		return none
+	}
+	if len(k) > 24 {
+		return fmt.Sprintf("% x…", k[:24])
+	}
+	return fmt.Sprintf("% x", k)
 }
