@@ -378,11 +378,23 @@ func (f *fsck) checkTrees() {
 	f.checkSpace(owners, freeBad)
 	f.checkCounters(counts)
 	// Directory entries.
-	root := inodes[RootIno]
-	if root == nil || root.a.Mode&syscall.S_IFMT != syscall.S_IFDIR {
-		f.problem(false, "root directory missing or not a directory")
-	}
 	tx := &txn{s: s}
+	root := inodes[RootIno]
+	switch {
+	case root == nil:
+		// Lost with a damaged node: made anew, as e2fsck does; entries
+		// that survived in it are found again.
+		if f.problem(true, "root directory missing: made anew") {
+			now := time.Now().UnixNano()
+			a := format.InodeRec{Ino: RootIno, Mode: syscall.S_IFDIR | 0o755, Nlink: 2, Parent: RootIno, Gen: 1,
+				Atime: now, Mtime: now, Ctime: now, Btime: now}
+			tx.inode(&a)
+			root = &inodeInfo{a: a}
+			inodes[RootIno] = root
+		}
+	case root.a.Mode&syscall.S_IFMT != syscall.S_IFDIR:
+		f.problem(false, "root directory is not a directory")
+	}
 	for _, d := range dirents {
 		dir, child := inodes[d.dir], inodes[d.ino]
 		if dir == nil || dir.a.Mode&syscall.S_IFMT != syscall.S_IFDIR {
@@ -406,44 +418,18 @@ func (f *fsck) checkTrees() {
 			dir.subdirs++
 		}
 	}
-	// Reachability: walk parents up to the root.
-	var homeless []uint64 // inodes no entry reaches, for lost+found
+	// Inodes no entry reaches (open-unlinked orphans aside).
+	var homeless []uint64 // for lost+found
 	for ino, in := range inodes {
-		if ino == RootIno {
+		if ino == RootIno || in.links > 0 {
 			continue
 		}
-		if in.a.Mode&syscall.S_IFMT == syscall.S_IFDIR && len(in.parents) > 1 {
-			f.problem(false, "directory %d has %d entries", ino, len(in.parents))
-		}
-		if in.links == 0 {
-			if orphans[ino] && in.a.Nlink == 0 {
-				f.rep.Orphans++
-				continue
-			}
-			if f.problem(true, "inode %d is not in any directory: moved to lost+found", ino) {
-				homeless = append(homeless, ino)
-			}
+		if orphans[ino] && in.a.Nlink == 0 {
+			f.rep.Orphans++
 			continue
 		}
-		seen := map[uint64]bool{ino: true}
-		cur := in
-		for steps := 0; ; steps++ {
-			p := cur.parents[0]
-			if p == RootIno {
-				break
-			}
-			if seen[p] || inodes[p] == nil || len(inodes[p].parents) == 0 {
-				f.problem(false, "inode %d is not reachable from the root (directory cycle or detached tree)", ino)
-				break
-			}
-			seen[p] = true
-			cur = inodes[p]
-		}
-		if in.a.Mode&syscall.S_IFMT == syscall.S_IFDIR && in.a.Parent != in.parents[0] {
-			if f.problem(true, "directory %d's parent pointer is %d, its entry is in %d", ino, in.a.Parent, in.parents[0]) {
-				in.a.Parent = in.parents[0]
-				tx.inode(&in.a)
-			}
+		if f.problem(true, "inode %d is not in any directory: moved to lost+found", ino) {
+			homeless = append(homeless, ino)
 		}
 	}
 	if len(homeless) > 0 {
@@ -481,6 +467,35 @@ func (f *fsck) checkTrees() {
 			if in.a.Mode&syscall.S_IFMT == syscall.S_IFDIR {
 				inodes[lf].subdirs++
 				in.a.Parent = lf
+				tx.inode(&in.a)
+			}
+		}
+	}
+	// Reachability: walk parents up to the root.
+	for ino, in := range inodes {
+		if ino == RootIno || len(in.parents) == 0 {
+			continue
+		}
+		if in.a.Mode&syscall.S_IFMT == syscall.S_IFDIR && len(in.parents) > 1 {
+			f.problem(false, "directory %d has %d entries", ino, len(in.parents))
+		}
+		seen := map[uint64]bool{ino: true}
+		cur := in
+		for steps := 0; ; steps++ {
+			p := cur.parents[0]
+			if p == RootIno {
+				break
+			}
+			if seen[p] || inodes[p] == nil || len(inodes[p].parents) == 0 {
+				f.problem(false, "inode %d is not reachable from the root (directory cycle or detached tree)", ino)
+				break
+			}
+			seen[p] = true
+			cur = inodes[p]
+		}
+		if in.a.Mode&syscall.S_IFMT == syscall.S_IFDIR && in.a.Parent != in.parents[0] {
+			if f.problem(true, "directory %d's parent pointer is %d, its entry is in %d", ino, in.a.Parent, in.parents[0]) {
+				in.a.Parent = in.parents[0]
 				tx.inode(&in.a)
 			}
 		}
