@@ -20,7 +20,10 @@ import (
 // counters are recounted. It returns whether it rebuilt any tree.
 func (f *fsck) salvageTrees() bool {
 	s := f.s
-	rebuilt := false
+	// Salvage every damaged tree before building any new one, so that the
+	// allocator withholds what each salvage could not vouch for before a
+	// new node is placed anywhere.
+	var damaged []*salvaged
 	for ag, t := range s.trees {
 		damage := t.Check(nil)
 		if len(damage) == 0 {
@@ -29,8 +32,12 @@ func (f *fsck) salvageTrees() bool {
 		for _, err := range damage {
 			f.problem(true, "AG %d tree: %v: tree rebuilt from the entries reachable through valid nodes", ag, err)
 		}
-		if err := f.salvageAG(ag); err != nil {
-			f.problem(false, "AG %d: rebuilding the tree: %v", ag, err)
+		damaged = append(damaged, f.salvageAG(ag))
+	}
+	rebuilt := false
+	for _, sv := range damaged {
+		if err := sv.build(s); err != nil {
+			f.problem(false, "AG %d: rebuilding the tree: %v", sv.ag, err)
 			continue
 		}
 		rebuilt = true
@@ -46,30 +53,35 @@ func (f *fsck) salvageTrees() bool {
 	return rebuilt
 }
 
-// salvageAG replaces AG ag's tree with a new one holding every entry
-// Salvage finds in it.
-func (f *fsck) salvageAG(ag int) error {
+// salvaged is what Salvage found in one AG's tree, in key order.
+type salvaged struct {
+	ag         int
+	keys, vals [][]byte
+}
+
+// salvageAG collects every entry Salvage finds in AG ag's tree, reports
+// what is lost, and makes the allocator withhold the AG's blocks that the
+// salvaged free-space records do not call free: a lost node may have
+// described them, so the new trees' nodes may not go there (the
+// free-space rebuild hands back what is really free).
+func (f *fsck) salvageAG(ag int) *salvaged {
 	s := f.s
-	var keys, vals [][]byte
+	sv := &salvaged{ag: ag}
 	lost := s.trees[ag].Salvage(func(k, v []byte) {
-		keys = append(keys, bytes.Clone(k))
-		vals = append(vals, bytes.Clone(v))
+		sv.keys = append(sv.keys, bytes.Clone(k))
+		sv.vals = append(sv.vals, bytes.Clone(v))
 	}, nil)
 	for _, err := range lost {
 		f.problem(true, "AG %d: %v: dropped", ag, err)
 	}
-	// The new tree's nodes may only go where the salvaged records say
-	// free: whatever else the old records called free may have been
-	// described by a lost node, so the allocator withholds it (the
-	// free-space rebuild hands back what is really free).
 	lo := max(uint64(ag)*s.sb.AGBlocks, s.sb.MetaEnd())
 	hi := min(uint64(ag+1)*s.sb.AGBlocks, s.sb.BackupBlock)
 	cursor := lo
-	for i, k := range keys {
+	for i, k := range sv.keys {
 		if !bytes.HasPrefix(k, format.FreePrefix()) {
 			continue
 		}
-		fs, fn, err := format.DecodeFree(k, vals[i])
+		fs, fn, err := format.DecodeFree(k, sv.vals[i])
 		if err != nil || fs < cursor || fs+fn > hi {
 			continue
 		}
@@ -81,16 +93,21 @@ func (f *fsck) salvageAG(ag int) error {
 	if hi > cursor {
 		s.reserve(cursor, hi-cursor)
 	}
-	nt, err := tree.Open(&nodePager{s: s, ag: uint32(ag)}, s.cache, s.treeConfig(ag), 0)
+	return sv
+}
+
+// build replaces the AG's tree with a new one holding the salvaged entries.
+func (sv *salvaged) build(s *Store) error {
+	nt, err := tree.Open(&nodePager{s: s, ag: uint32(sv.ag)}, s.cache, s.treeConfig(sv.ag), 0)
 	if err != nil {
 		return err
 	}
-	for i, k := range keys {
-		if err := nt.Put(k, vals[i]); err != nil {
+	for i, k := range sv.keys {
+		if err := nt.Put(k, sv.vals[i]); err != nil {
 			return fmt.Errorf("key % x: %w", k, treeErr(err))
 		}
 	}
-	s.trees[ag] = nt
+	s.trees[sv.ag] = nt
 	return nil
 }
 
