@@ -33,8 +33,6 @@ func allRecords() []*Record {
 		{Type: RecXattr, Ino: 2, Name: "user.x", Value: []byte{0, 1, 2}},
 		{Type: RecXattr, Ino: 2, Name: "user.empty", Value: []byte{}},
 		{Type: RecXattrDel, Ino: 2, Name: "user.x"},
-		{Type: RecAG, AG: 3, Next: 1 << 31},
-		{Type: RecRotor, Next: 2},
 	}
 }
 
@@ -57,10 +55,6 @@ func encodeRecord(e *Encoder, r *Record) {
 		e.Xattr(r.Ino, r.Name, r.Value)
 	case RecXattrDel:
 		e.XattrDel(r.Ino, r.Name)
-	case RecAG:
-		e.AG(r.AG, r.Next)
-	case RecRotor:
-		e.Rotor(r.Next)
 	default:
 		panic("unknown record type")
 	}

@@ -24,6 +24,7 @@ import (
 //	00 01                         AG header        → AGHeader (below)
 //	00 02 ino:8                   orphan           → empty (nlink 0, still open)
 //	00 03 stream:4 src:1          inodes per stream and stream source → count:8
+//	00 04                         rotor (AG 0 only) → AG of the next new directory:4
 //	01 ino:8 01                   inode            → RecInode body without the target
 //	01 ino:8 02 chunk:1           symlink target   → up to ChunkBytes bytes
 //	01 ino:8 03 name 00 chunk:1   xattr value      → up to ChunkBytes bytes
@@ -36,7 +37,10 @@ import (
 // Values larger than ChunkBytes (symlink targets, xattr values) are split
 // into numbered chunks; an empty value is one empty chunk.
 //
-// AG header value: next agino u32, inodes u64.
+// AG header value: next agino u32 (above every inode number used in the
+// AG; numbers are not reused), inodes u64 (inode records in the AG). The
+// stream counts count inodes with a nonzero stream; a count that drops to
+// zero is deleted. Counts are little-endian.
 //
 // Every key and value is validated by its decoder below before use.
 

@@ -30,8 +30,10 @@ import (
 //	RecPunch     ino u64, lblk u64, len u64   file blocks become a hole
 //	RecXattr     ino u64, name string, value  set
 //	RecXattrDel  ino u64, name string
-//	RecAG        ag u32, next agino u32       inode-number allocator state
-//	RecRotor     rotor u32                    next AG for a new directory
+//
+// Types 9 and 10 were the inode-number allocator and directory rotor
+// records of format v1; v2 keeps that state in the AG trees (keys.go) and
+// never writes them, so they decode as unknown types. Do not reuse them.
 //
 // Freed blocks are not recorded: applying RecMap, RecPunch and RecFree to
 // the trees moves the blocks they release into the free-space records.
@@ -44,8 +46,6 @@ const (
 	RecPunch    = 6
 	RecXattr    = 7
 	RecXattrDel = 8
-	RecAG       = 9
-	RecRotor    = 10
 )
 
 // Extent flags.
@@ -94,8 +94,6 @@ type Record struct {
 	Flags  uint32   // RecMap
 	Stream uint32   // RecMap
 	Mode   uint32   // RecLink: child's type
-	AG     uint32   // RecAG
-	Next   uint32   // RecAG, RecRotor
 }
 
 // Encoder appends records to a buffer.
@@ -196,12 +194,6 @@ func (e *Encoder) XattrDel(ino uint64, name string) {
 	e.str(name)
 	e.end(s)
 }
-
-// AG appends a RecAG.
-func (e *Encoder) AG(ag, next uint32) { s := e.begin(RecAG); e.u32(ag); e.u32(next); e.end(s) }
-
-// Rotor appends a RecRotor.
-func (e *Encoder) Rotor(next uint32) { s := e.begin(RecRotor); e.u32(next); e.end(s) }
 
 // decoder reads one record body with bounds checks; the first error sticks.
 type decoder struct {
@@ -376,11 +368,6 @@ func decodeRecord(t uint8, body []byte) (*Record, error) {
 	case RecXattrDel:
 		r.Ino = d.u64()
 		r.Name = d.str(MaxXattrName)
-	case RecAG:
-		r.AG = d.u32()
-		r.Next = d.u32()
-	case RecRotor:
-		r.Next = d.u32()
 	default:
 		return nil, fmt.Errorf("unknown record type %d: %w", t, ErrCorrupt)
 	}

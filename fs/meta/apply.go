@@ -88,19 +88,9 @@ func (s *Store) apply(r *format.Record, freed *[]alloc.Extent) error {
 		return treeErr(s.treeFor(r.Ino).Update(func(tx *tree.Tx) error {
 			return deleteChunks(tx, format.XattrPrefix(r.Ino, r.Name))
 		}))
-	case format.RecAG:
-		if r.AG >= s.sb.AGCount {
-			return bad("AG %d", r.AG)
-		}
-		if s.agNext[r.AG].Load() < r.Next {
-			s.agNext[r.AG].Store(r.Next)
-		}
-	case format.RecRotor:
-		s.rotor.Store(r.Next % s.sb.AGCount)
 	default:
 		return bad("unexpected")
 	}
-	return nil
 }
 
 // applyInode stores an inode's attributes, keeping the AG counters, the

@@ -5,8 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
+	"strconv"
 	"syscall"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -87,17 +89,38 @@ func Fsck(dev backend.Device, opts FsckOptions) (*FsckReport, error) {
 		return nil, fmt.Errorf("filesystem has features %#x/%#x this fsck does not know: %w",
 			sb.Compat, sb.ROCompat, format.ErrNewerFormat)
 	}
-	s := newStore(dev, sb, Options{Logger: log}, !opts.Repair)
-	f.s = s
-	defer s.closeCaches()
 	badCommit := false
-	s.badCommit = func(err error) {
-		badCommit = f.problem(true, "%v: the journal ends before it", err)
+	open := func() *Store {
+		s := newStore(dev, sb, Options{Logger: log}, !opts.Repair)
+		f.s = s
+		s.badCommit = func(err error) {
+			badCommit = f.problem(true, "%v: the journal ends before it", err)
+		}
+		s.lenientFree = true
+		s.badAGHeader = func(ag int, err error) {
+			f.badHeader = append(f.badHeader, ag)
+			f.problem(true, "%v: counters recounted from the tree", err)
+		}
+		return s
 	}
+	s := open()
+	defer func() { f.s.closeCaches() }()
 	h, commits, _, err := s.load(true)
+	if err != nil && opts.Repair && errors.Is(err, format.ErrCorrupt) {
+		// A tree node on the way of the load does not verify: start
+		// again from the checkpoint, rebuilding the damaged trees.
+		s.closeCaches()
+		rep.Problems, rep.Fixed, f.badHeader, badCommit = nil, 0, nil, false
+		s = open()
+		h, commits, err = f.loadDamaged(err)
+	}
 	if err != nil {
 		// Without readable trees there is nothing to repair from.
-		f.problem(false, "loading metadata: %v", err)
+		hint := ""
+		if !opts.Repair && errors.Is(err, format.ErrCorrupt) {
+			hint = " (fsck -y rebuilds damaged trees from what is readable)"
+		}
+		f.problem(false, "loading metadata: %v%s", err, hint)
 		return rep, nil
 	}
 	rep.Checkpoint, rep.ReplayedCommits = h.Seq, commits
@@ -138,6 +161,8 @@ type fsck struct {
 	rep    *FsckReport
 	repair bool
 	fixes  int // repairs that need a checkpoint
+	// badHeader lists the AGs whose header was missing or malformed.
+	badHeader []int
 }
 
 // problem reports an error. It returns true when the caller should repair
@@ -215,9 +240,10 @@ type owner struct {
 // directory entries (they point at inodes, each directory reachable from
 // the root once, parent pointers), link counts, block counts, extents
 // (inside the data area) and free space (every block of the data area is
-// exactly one of: free, a tree node, a file's extent). Structural damage
-// is reported, not repaired; link and block counts and dangling entries
-// are repaired with -y.
+// exactly one of: free, a tree node, a file's extent) and the AG counters
+// (fsckcount.go). With -y, damaged trees are rebuilt first
+// (fscksalvage.go), then link and block counts, dangling entries, lost
+// inodes (to lost+found), free space and AG counters are repaired.
 func (f *fsck) checkTrees() {
 	s := f.s
 	// Attributes replay left in memory go into the trees first, as a
@@ -232,6 +258,9 @@ func (f *fsck) checkTrees() {
 	// Replay in memory moved tree nodes: account for them as a checkpoint would.
 	if _, err := s.foldNodeSpace(); err != nil {
 		f.problem(false, "tree node space: %v", err)
+	}
+	if f.repair {
+		f.salvageTrees()
 	}
 	type inodeInfo struct {
 		a       format.InodeRec
@@ -248,7 +277,10 @@ func (f *fsck) checkTrees() {
 	var dirents []dirent
 	var owners []owner
 	orphans := map[uint64]bool{}
+	counts := make([]agCount, len(s.trees))
+	freeBad := false // a free-space record is malformed or misplaced
 	for ag, t := range s.trees {
+		cnt := &counts[ag]
 		for _, err := range t.Check(func(blk uint64, level int) {
 			owners = append(owners, owner{blk, 1, fmt.Sprintf("AG %d tree node", ag)})
 		}) {
@@ -263,15 +295,19 @@ func (f *fsck) checkTrees() {
 			case len(k) > 0 && k[0] == format.KeyFreeSpc:
 				fs, fn, err := format.DecodeFree(k, v)
 				if err != nil {
-					f.problem(false, "AG %d: %v", ag, err)
+					freeBad = true
+					f.problem(true, "AG %d: %v", ag, err)
 					return true
 				}
-				owners = append(owners, owner{fs, fn, "free space"})
+				owners = append(owners, owner{fs, fn, freeSpace})
 				if s.agOfBlock(fs) != uint32(ag) || s.agOfBlock(fs+fn-1) != uint32(ag) {
-					f.problem(false, "free extent %d+%d recorded in AG %d's tree", fs, fn, ag)
+					freeBad = true
+					f.problem(true, "free extent %d+%d recorded in AG %d's tree", fs, fn, ag)
 				}
 			case len(k) == 10 && k[0] == format.KeyAG && bytes.HasPrefix(k, format.OrphanPrefix()):
 				orphans[binary.BigEndian.Uint64(k[2:])] = true
+			case len(k) > 0 && k[0] == format.KeyAG:
+				cnt.agKey(ag, k, v)
 			case len(k) > 0 && k[0] == format.KeyInoSpc:
 				ino, kind, _, err := format.InoKey(k)
 				if err != nil {
@@ -289,6 +325,7 @@ func (f *fsck) checkTrees() {
 						return true
 					}
 					inodes[ino] = &inodeInfo{a: a}
+					cnt.inode(&a)
 				case format.KindExtent:
 					e, err := decodeExtent(k, v)
 					if err != nil {
@@ -306,7 +343,12 @@ func (f *fsck) checkTrees() {
 						return true
 					}
 					dirents = append(dirents, dirent{ino, child, name})
+				case format.KindTarget, format.KindXattr:
+				default:
+					cnt.unknownKey(k)
 				}
+			default:
+				cnt.unknownKey(k)
 			}
 			return true
 		})
@@ -317,7 +359,12 @@ func (f *fsck) checkTrees() {
 		for _, x := range extents {
 			in := inodes[x.ino]
 			if in == nil {
-				f.problem(false, "extent of missing inode %d", x.ino)
+				if f.problem(true, "extent %d+%d of missing inode %d: dropped", x.e.LBlk, x.e.Len, x.ino) {
+					if _, err := t.Delete(format.ExtentKey(x.ino, x.e.LBlk)); err != nil {
+						f.problem(false, "dropping extent of inode %d: %v", x.ino, err)
+					}
+					f.fixes++
+				}
 				continue
 			}
 			in.blocks += x.e.Len
@@ -328,51 +375,35 @@ func (f *fsck) checkTrees() {
 			owners = append(owners, owner{x.e.PBlk, x.e.Len, fmt.Sprintf("inode %d", x.ino)})
 		}
 	}
-	// Every data-area block has exactly one owner.
-	sort.Slice(owners, func(i, j int) bool { return owners[i].start < owners[j].start })
-	cursor := s.sb.MetaEnd()
-	var leaked []owner
-	leak := func(start, end uint64) {
-		if f.problem(true, "blocks %d..%d are neither free nor in use (leaked): made free", start, end-1) {
-			leaked = append(leaked, owner{start, end - start, "leaked"})
-		}
-	}
-	for _, o := range owners {
-		switch {
-		case o.start < cursor:
-			f.problem(false, "blocks %d+%d (%s) also belong to another owner", o.start, o.n, o.what)
-		case o.start > cursor:
-			leak(cursor, o.start)
-		}
-		cursor = max(cursor, o.start+o.n)
-	}
-	if cursor < s.sb.BackupBlock {
-		leak(cursor, s.sb.BackupBlock)
-	}
-	for _, l := range leaked {
-		if err := s.spaceFree(l.start, l.n); err != nil {
-			f.problem(false, "freeing leaked blocks %d+%d: %v", l.start, l.n, err)
-			continue
-		}
-		f.fixes++
-	}
-	for _, o := range owners {
-		if o.what == "free space" {
-			f.rep.FreeBlocks += o.n
-		} else {
-			f.rep.UsedBlocks += o.n
-		}
-	}
+	f.checkSpace(owners, freeBad)
+	f.checkCounters(counts)
 	// Directory entries.
-	root := inodes[RootIno]
-	if root == nil || root.a.Mode&syscall.S_IFMT != syscall.S_IFDIR {
-		f.problem(false, "root directory missing or not a directory")
-	}
 	tx := &txn{s: s}
+	root := inodes[RootIno]
+	switch {
+	case root == nil:
+		// Lost with a damaged node: made anew, as e2fsck does; entries
+		// that survived in it are found again.
+		if f.problem(true, "root directory missing: made anew") {
+			now := time.Now().UnixNano()
+			a := format.InodeRec{Ino: RootIno, Mode: syscall.S_IFDIR | 0o755, Nlink: 2, Parent: RootIno, Gen: 1,
+				Atime: now, Mtime: now, Ctime: now, Btime: now}
+			tx.inode(&a)
+			root = &inodeInfo{a: a}
+			inodes[RootIno] = root
+		}
+	case root.a.Mode&syscall.S_IFMT != syscall.S_IFDIR:
+		f.problem(false, "root directory is not a directory")
+	}
 	for _, d := range dirents {
 		dir, child := inodes[d.dir], inodes[d.ino]
 		if dir == nil || dir.a.Mode&syscall.S_IFMT != syscall.S_IFDIR {
-			f.problem(false, "entry %q in %d, which is not a directory", d.name, d.dir)
+			if f.problem(true, "entry %q in %d, which is not a directory: dropped", d.name, d.dir) {
+				if _, err := s.treeFor(d.dir).Delete(format.DirentKey(d.dir, d.name)); err != nil {
+					f.problem(false, "dropping entry %q in %d: %v", d.name, d.dir, err)
+				}
+				f.fixes++
+			}
 			continue
 		}
 		if child == nil {
@@ -387,21 +418,66 @@ func (f *fsck) checkTrees() {
 			dir.subdirs++
 		}
 	}
+	// Inodes no entry reaches (open-unlinked orphans aside).
+	var homeless []uint64 // for lost+found
+	for ino, in := range inodes {
+		if ino == RootIno || in.links > 0 {
+			continue
+		}
+		if orphans[ino] && in.a.Nlink == 0 {
+			f.rep.Orphans++
+			continue
+		}
+		if f.problem(true, "inode %d is not in any directory: moved to lost+found", ino) {
+			homeless = append(homeless, ino)
+		}
+	}
+	if len(homeless) > 0 {
+		// As e2fsck: /lost+found (made if missing) gets an entry "#ino"
+		// for every inode no entry reaches; link counts follow below.
+		var lf uint64
+		for _, d := range dirents {
+			if c := inodes[d.ino]; d.dir == RootIno && d.name == "lost+found" && c != nil && c.a.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+				lf = d.ino
+			}
+		}
+		if lf == 0 {
+			agino := max(s.agNext[0].Load(), uint32(RootIno)+1)
+			for inodes[alloc.MakeIno(0, agino)] != nil {
+				agino++
+			}
+			s.agNext[0].Store(agino + 1)
+			lf = alloc.MakeIno(0, agino)
+			now := time.Now().UnixNano()
+			a := format.InodeRec{Ino: lf, Mode: syscall.S_IFDIR | 0o700, Nlink: 2, Parent: RootIno, Gen: 1,
+				Atime: now, Mtime: now, Ctime: now, Btime: now}
+			tx.inode(&a)
+			tx.link(RootIno, lf, a.Mode, "lost+found")
+			inodes[lf] = &inodeInfo{a: a, links: 1, parents: []uint64{RootIno}}
+			if root != nil {
+				root.subdirs++
+			}
+		}
+		slices.Sort(homeless)
+		for _, ino := range homeless {
+			in := inodes[ino]
+			tx.link(lf, ino, in.a.Mode, "#"+strconv.FormatUint(ino, 10))
+			in.links++
+			in.parents = append(in.parents, lf)
+			if in.a.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+				inodes[lf].subdirs++
+				in.a.Parent = lf
+				tx.inode(&in.a)
+			}
+		}
+	}
 	// Reachability: walk parents up to the root.
 	for ino, in := range inodes {
-		if ino == RootIno {
+		if ino == RootIno || len(in.parents) == 0 {
 			continue
 		}
 		if in.a.Mode&syscall.S_IFMT == syscall.S_IFDIR && len(in.parents) > 1 {
 			f.problem(false, "directory %d has %d entries", ino, len(in.parents))
-		}
-		if in.links == 0 {
-			if orphans[ino] && in.a.Nlink == 0 {
-				f.rep.Orphans++
-				continue
-			}
-			f.problem(false, "inode %d is not in any directory", ino)
-			continue
 		}
 		seen := map[uint64]bool{ino: true}
 		cur := in

@@ -104,6 +104,15 @@ type Store struct {
 	// whose records do not decode; replay then ends before it instead of
 	// failing.
 	badCommit func(error)
+	// badAGHeader, set by fsck, hears of a missing or malformed AG header;
+	// the AG's counters then start from zero and fsck recounts them.
+	// Without it such a header fails the load.
+	badAGHeader func(ag int, err error)
+	// lenientFree, set by fsck, makes the allocator skip free-space
+	// records that are malformed, out of order or outside their AG's data
+	// area (their blocks count as used) instead of failing the load; fsck
+	// reports them and -y rebuilds the records.
+	lenientFree bool
 }
 
 type storeStats struct {
@@ -407,10 +416,16 @@ func (s *Store) rebuildAllocator() error {
 			}
 			fs, fn, err := format.DecodeFree(k, v)
 			if err != nil {
+				if s.lenientFree {
+					return true
+				}
 				derr = err
 				return false
 			}
 			if fs < cursor || fs+fn > agEnd || fs < s.sb.MetaEnd() || fs+fn > s.sb.BackupBlock {
+				if s.lenientFree {
+					return true
+				}
 				derr = fmt.Errorf("free extent %d+%d out of order or outside AG %d's data area: %w", fs, fn, ag, format.ErrCorrupt)
 				return false
 			}
@@ -420,6 +435,11 @@ func (s *Store) rebuildAllocator() error {
 			cursor = fs + fn
 			return derr == nil
 		})
+		if err != nil && derr == nil && s.lenientFree {
+			// A node on the way does not verify: the rest of the AG
+			// counts as used.
+			err = nil
+		}
 		if err == nil {
 			err = derr
 		}

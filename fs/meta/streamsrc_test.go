@@ -10,18 +10,7 @@ import (
 // A rule's stream wins over the directory's, an explicit SET over both,
 // and the source survives a remount (through the checkpoint).
 func TestStreamSource(t *testing.T) {
-	fd, _ := newTestImage(t, 64<<20, 3)
-	s, err := Open(fd, testOpts())
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := s.Create(s.Root(), "d", NewInode{Mode: syscall.S_IFDIR | 0o755})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.SetStream(d, 3); err != nil {
-		t.Fatal(err)
-	}
+	fd, _, s, d := openWithDir(t, 3, 3)
 	mk := func(name string, rule uint32) *Inode {
 		in, err := s.Create(d, name, NewInode{Mode: syscall.S_IFREG | 0o644, RuleStream: rule})
 		if err != nil {

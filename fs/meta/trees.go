@@ -88,14 +88,18 @@ func (s *Store) openTrees(roots []uint64) error {
 	}
 	s.trees = make([]*tree.Tree, s.sb.AGCount)
 	for ag := range s.trees {
-		t, err := tree.Open(&nodePager{s: s, ag: uint32(ag)}, s.cache,
-			tree.Config{NodeSize: int(s.bs), Owner: uint64(ag) + 1, UUID: s.sb.UUID}, roots[ag])
+		t, err := tree.Open(&nodePager{s: s, ag: uint32(ag)}, s.cache, s.treeConfig(ag), roots[ag])
 		if err != nil {
 			return fmt.Errorf("AG %d tree: %w", ag, treeErr(err))
 		}
 		s.trees[ag] = t
 	}
 	return nil
+}
+
+// treeConfig is the configuration of AG ag's tree.
+func (s *Store) treeConfig(ag int) tree.Config {
+	return tree.Config{NodeSize: int(s.bs), Owner: uint64(ag) + 1, UUID: s.sb.UUID}
 }
 
 // treeErr makes tree corruption a format.ErrCorrupt.
@@ -339,12 +343,18 @@ func (s *Store) loadAGs() error {
 		if err != nil {
 			return fmt.Errorf("AG %d header: %w", ag, treeErr(err))
 		}
-		if !ok {
-			return fmt.Errorf("AG %d header missing: %w", ag, format.ErrCorrupt)
-		}
 		h, err := format.DecodeAGHeader(v)
+		if !ok {
+			err = fmt.Errorf("AG %d header missing: %w", ag, format.ErrCorrupt)
+		} else if err != nil {
+			err = fmt.Errorf("AG %d: %w", ag, err)
+		}
 		if err != nil {
-			return fmt.Errorf("AG %d: %w", ag, err)
+			if s.badAGHeader == nil {
+				return err
+			}
+			s.badAGHeader(ag, err)
+			h = &format.AGHeader{}
 		}
 		s.agNext[ag].Store(h.NextAgino)
 		st := &s.ags[ag]
