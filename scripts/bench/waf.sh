@@ -240,7 +240,7 @@ fio_run() { # NAME STREAMS(0|1) MODEL(0|1)
 DB_OPTS=(--key_size=16 --value_size="$VALUE" --compression_type=none --threads=1
 	--write_buffer_size="$MEMTABLE" --target_file_size_base="$SST"
 	--max_bytes_for_level_base="$L1" --max_background_jobs=2 --histogram=0
-	--manual_wal_flush=1 --statistics=0 --seed=42 --level_compaction_dynamic_level_bytes="$DYNAMIC"
+	--manual_wal_flush=1 --statistics=0 --seed=42 --stats_dump_period_sec=60 --level_compaction_dynamic_level_bytes="$DYNAMIC"
 	--soft_pending_compaction_bytes_limit="$PENDING_SOFT" --hard_pending_compaction_bytes_limit="$PENDING_HARD")
 
 RWHINT=
@@ -290,6 +290,10 @@ db_run() { # NAME MODE(none|rules|levels) MODEL(0|1)
 	RES[$name.secs]=$((SECONDS - t0))
 	RES[$name.kops]=$(awk '/^overwrite/ { for (i = 1; i <= NF; i++) if ($(i+1) == "ops/sec") { printf "%.1f", $i / 1000; exit } }' "$BENCH_OUT/$name.overwrite.txt")
 	df -h "$MNT" | tail -1 >>"$BENCH_OUT/$name.df"
+	# RocksDB's last per-level compaction table (bytes written per level,
+	# since the overwrite's open): what lifetimes the host bytes have.
+	awk '/Compaction Stats \[default\]/ { n = 0; blk = "" } { if (n < 12) { blk = blk $0 "\n"; n++ } }
+		/^ Sum / && n { last = blk } END { printf "%s", last }' "$MNT/db/LOG" >"$BENCH_OUT/$name.levels" 2>/dev/null || true
 	log "overwrite: ${RES[$name.kops]} Kops/s in ${RES[$name.secs]} s"
 	if [ "$model" = 1 ]; then
 		phase_result "$name" "$c0"
