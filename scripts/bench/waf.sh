@@ -22,6 +22,10 @@
 #             which turns RocksDB's own per-level write-lifetime hints
 #             (fcntl F_SET_RW_HINT: WAL short, L0/L1 medium, L2 long, L3+
 #             extreme) into streams 1-4. The ballast is on stream 7.
+#             Mounted without online discard by default, as production
+#             file systems are: the drive learns of a deleted table only
+#             when its blocks are written again (or at a periodic fstrim,
+#             TRIM_EVERY).
 #   w1        the write-streams series' fio job (scripts/bench/streams.sh,
 #             "streams" run: 16 jobs of 4k O_DIRECT sequential writes, one
 #             stream directory per job) on a plain image and on a modelled
@@ -37,8 +41,8 @@
 # Environment (besides lib.sh's BENCH_DIR, BENCH_OUT, STREAMFS_BIN):
 #   DRIVE=2G  FTL=op=7,ru=8M,handles=4  HOT=200M  COLD=300M  ROLL_FILES=14
 #   ROLL=100M  HOT_IO=7G (hot bytes overwritten)  HOT_RATE=72m  ROLL_RATE=48m
-#   DB_DRIVE=4G  DB_FTL=op=7,ru=16M,handles=8  BALLAST=1800M  KEYS=1000000
-#   VALUE=1000  OVERWRITES=1 (x KEYS)  SST=524288 (target_file_size_base)
+#   DB_DRIVE=4G  DB_FTL=op=7,ru=16M,handles=8  BALLAST=1900M  KEYS=1000000
+#   VALUE=1000  OVERWRITES=4 (x KEYS)  SST=524288 (target_file_size_base)
 #   MEMTABLE=4194304  L1=16777216 (max_bytes_for_level_base)
 #   W1_IMG=16G  W1_FTL=op=7,ru=8M,handles=16  RUNTIME=15
 #   DISCARD=discard (fio runs; nodiscard: deleted data stays valid to the
@@ -68,10 +72,10 @@ DB_FTL=${DB_FTL:-op=7,ru=16M,handles=8}
 SST=${SST:-524288}
 MEMTABLE=${MEMTABLE:-4194304}
 L1=${L1:-16777216}
-BALLAST=${BALLAST:-1800M}
+BALLAST=${BALLAST:-1900M}
 KEYS=${KEYS:-1000000}
 VALUE=${VALUE:-1000}
-OVERWRITES=${OVERWRITES:-1}
+OVERWRITES=${OVERWRITES:-4}
 W1_IMG=${W1_IMG:-16G}
 W1_FTL=${W1_FTL:-op=7,ru=8M,handles=16}
 RUNS=${RUNS:-fio rocksdb w1 plain}
