@@ -393,7 +393,8 @@ plot() { # TITLE OUT NAME:LABEL... (runs without samples are left out)
 }
 plot "fio hot/cold/rolling, modelled $DRIVE drive ($FTL, $DISCARD)" waf-fio.png \
 	fio-nostreams:"no streams" fio-streams:"streams"
-trims=$([ "$TRIM_EVERY" -gt 0 ] && echo ", fstrim every ${TRIM_EVERY}s")
+trims=
+if [ "$TRIM_EVERY" -gt 0 ]; then trims=", fstrim every ${TRIM_EVERY}s"; fi
 plot "RocksDB fillrandom+overwrite, modelled $DB_DRIVE drive ($DB_FTL, $DB_DISCARD$trims)" "waf-rocksdb$TAG.png" \
 	db-none:"no streams" db-rules:"WAL/SST rules" db-levels:"rules + level hints"
 
