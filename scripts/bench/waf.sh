@@ -105,7 +105,9 @@ export LOOPBACK_BIN STOCK_LOOPBACK_BIN
 bench_init waf
 # The background loops (sampler, fstrim, rolling writer) end with the script.
 BG=()
-trap 'rc=$?; stop_sample; for p in "${BG[@]}"; do kill "$p" 2>/dev/null; done; (exit $rc); cleanup' EXIT
+# set +e: a loop that already ended (kill fails) or a failed run's status
+# must not end the trap before cleanup unmounts and removes BENCH_DIR.
+trap 'rc=$?; set +e; stop_sample; for p in "${BG[@]}"; do kill "$p" 2>/dev/null; done; (exit $rc); cleanup' EXIT
 W=$BENCH_DIR
 MNT=$W/mnt
 IMG=$W/drive.img
