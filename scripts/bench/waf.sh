@@ -22,6 +22,10 @@
 #             which turns RocksDB's own per-level write-lifetime hints
 #             (fcntl F_SET_RW_HINT: WAL short, L0/L1 medium, L2 long, L3+
 #             extreme) into streams 1-4. The ballast is on stream 7.
+#             Mounted without online discard by default, as production
+#             file systems are: the drive learns of a deleted table only
+#             when its blocks are written again (or at a periodic fstrim,
+#             TRIM_EVERY).
 #   w1        the write-streams series' fio job (scripts/bench/streams.sh,
 #             "streams" run: 16 jobs of 4k O_DIRECT sequential writes, one
 #             stream directory per job) on a plain image and on a modelled
@@ -37,12 +41,19 @@
 # Environment (besides lib.sh's BENCH_DIR, BENCH_OUT, STREAMFS_BIN):
 #   DRIVE=2G  FTL=op=7,ru=8M,handles=4  HOT=200M  COLD=300M  ROLL_FILES=14
 #   ROLL=100M  HOT_IO=7G (hot bytes overwritten)  HOT_RATE=72m  ROLL_RATE=48m
-#   DB_DRIVE=4G  DB_FTL=op=7,ru=16M,handles=8  BALLAST=1800M  KEYS=1000000
-#   VALUE=1000  OVERWRITES=1 (x KEYS)  SST=524288 (target_file_size_base)
+#   DB_DRIVE=4G  DB_FTL=op=7,ru=16M,handles=8  BALLAST=1900M  KEYS=1000000
+#   VALUE=1000  OVERWRITES=4 (x KEYS)  SST=524288 (target_file_size_base)
 #   MEMTABLE=4194304  L1=16777216 (max_bytes_for_level_base)
 #   W1_IMG=16G  W1_FTL=op=7,ru=8M,handles=16  RUNTIME=15
-#   DISCARD=discard (nodiscard: deleted data stays valid to the drive until
-#   its blocks are reused, as without online discard)
+#   DISCARD=discard (fio runs; nodiscard: deleted data stays valid to the
+#   drive until its blocks are reused, as without online discard)
+#   DB_DISCARD=nodiscard (rocksdb runs; production mounts rarely use online
+#   discard)  TRIM_EVERY=0 (rocksdb runs: seconds between fstrim calls during
+#   the overwrite phase, a periodic fstrim; 0 never)
+#   DYNAMIC=1 (level_compaction_dynamic_level_bytes: levels sized from the
+#   last one, RocksDB's default since 8.4; keeps space amplification ~1.1)
+#   PENDING_SOFT=64M PENDING_HARD=256M (pending compaction bytes limits)
+#   TAG= (suffix of the plot's file name, for several configurations)
 #   RUNS="fio rocksdb w1 plain"  DB_MODES="none rules levels"
 #   PLOTS=docs/img (relative to the checkout)
 source "$(dirname "$0")/lib.sh"
@@ -61,15 +72,21 @@ DB_FTL=${DB_FTL:-op=7,ru=16M,handles=8}
 SST=${SST:-524288}
 MEMTABLE=${MEMTABLE:-4194304}
 L1=${L1:-16777216}
-BALLAST=${BALLAST:-1800M}
+BALLAST=${BALLAST:-1900M}
 KEYS=${KEYS:-1000000}
 VALUE=${VALUE:-1000}
-OVERWRITES=${OVERWRITES:-1}
+OVERWRITES=${OVERWRITES:-4}
 W1_IMG=${W1_IMG:-16G}
 W1_FTL=${W1_FTL:-op=7,ru=8M,handles=16}
 RUNS=${RUNS:-fio rocksdb w1 plain}
 DB_MODES=${DB_MODES:-none rules levels}
 DISCARD=${DISCARD:-discard}
+DB_DISCARD=${DB_DISCARD:-nodiscard}
+TRIM_EVERY=${TRIM_EVERY:-0}
+DYNAMIC=${DYNAMIC:-1}
+PENDING_SOFT=${PENDING_SOFT:-67108864}
+PENDING_HARD=${PENDING_HARD:-268435456}
+TAG=${TAG:-}
 PLOTS=${PLOTS:-docs/img}
 
 # The tools this experiment needs beyond lib.sh's, from Debian.
@@ -86,12 +103,17 @@ fi
 : "${LOOPBACK_BIN:=/bin/true}" "${STOCK_LOOPBACK_BIN:=/bin/true}"
 export LOOPBACK_BIN STOCK_LOOPBACK_BIN
 bench_init waf
+# The background loops (sampler, fstrim, rolling writer) end with the script.
+BG=()
+# set +e: a loop that already ended (kill fails) or a failed run's status
+# must not end the trap before cleanup unmounts and removes BENCH_DIR.
+trap 'rc=$?; set +e; stop_sample; for p in "${BG[@]}"; do kill "$p" 2>/dev/null; done; (exit $rc); cleanup' EXIT
 W=$BENCH_DIR
 MNT=$W/mnt
 IMG=$W/drive.img
 SAMPLER=
 
-# sample NAME: record "seconds host_bytes media_bytes" every 2 s in the
+# sample NAME: record "seconds host_bytes media_bytes fs_used fs_size" every 2 s in the
 # background until stop_sample.
 sample() {
 	local out=$BENCH_OUT/$1.samples t0=$SECONDS
@@ -100,7 +122,8 @@ sample() {
 		trap - EXIT INT TERM
 		while :; do
 			"$STREAMFS_BIN" stats --json "$MNT" 2>/dev/null |
-				jq -r --argjson t $((SECONDS - t0)) '"\($t) \(.fdp.host_bytes_written) \(.fdp.media_bytes_written)"' >>"$out" || true
+				jq -r --argjson t $((SECONDS - t0)) --arg df "$(df --output=used,size -B1 "$MNT" 2>/dev/null | tail -1)" \
+					'"\($t) \(.fdp.host_bytes_written) \(.fdp.media_bytes_written) \($df)"' >>"$out" || true
 			sleep 2
 		done
 	) &
@@ -188,6 +211,7 @@ fio_run() { # NAME STREAMS(0|1) MODEL(0|1)
 		done
 	) &
 	roll=$!
+	BG+=("$roll")
 	RUNTIME=1800 run_fio "$name" --name=hot --filename="$MNT/hot/hot.dat" --rw=randwrite \
 		--bssplit=4k/20:16k/40:64k/40 --direct=1 --size="$HOT" --io_size="$HOT_IO" --ioengine=psync \
 		--fallocate=none --randrepeat=0 --norandommap --rate="$HOT_RATE"
@@ -211,19 +235,25 @@ fio_run() { # NAME STREAMS(0|1) MODEL(0|1)
 }
 
 # ---- RocksDB ----
+# pending_compaction_bytes limits: RocksDB slows, then stops, writes when
+# compaction falls behind by this much. Its defaults (64/128 GiB) are meant
+# for databases of terabytes; for one of 1 GiB on two busy cores the backlog
+# grew to 0.9 GiB of dead versions (ENOSPC on a drive kept full). These
+# limits scale them to the database.
 # manual_wal_flush: RocksDB buffers the WAL (1 MiB) as a kernel page cache
 # would; without it every ~1 KB put reaches the drive as a whole 4 KiB page
 # through a FUSE daemon without a writeback cache.
 DB_OPTS=(--key_size=16 --value_size="$VALUE" --compression_type=none --threads=1
 	--write_buffer_size="$MEMTABLE" --target_file_size_base="$SST"
 	--max_bytes_for_level_base="$L1" --max_background_jobs=2 --histogram=0
-	--manual_wal_flush=1 --statistics=0 --seed=42)
+	--manual_wal_flush=1 --statistics=0 --seed=42 --stats_dump_period_sec=60 --level_compaction_dynamic_level_bytes="$DYNAMIC"
+	--soft_pending_compaction_bytes_limit="$PENDING_SOFT" --hard_pending_compaction_bytes_limit="$PENDING_HARD")
 
 RWHINT=
 db_run() { # NAME MODE(none|rules|levels) MODEL(0|1)
 	# commit=1: space of deleted tables is reusable once its free is
 	# committed; compaction needs it back quickly on a full drive.
-	local name=$1 mode=$2 model=$3 c0 opts=$DISCARD,commit=1 t0 pre=() rc=0
+	local name=$1 mode=$2 model=$3 c0 opts=$DB_DISCARD,commit=1 t0 pre=() rc=0 trim=
 	log "rocksdb $name"
 	new_drive "$DB_DRIVE" "$([ "$model" = 1 ] && echo "$DB_FTL")"
 	[ "$mode" != none ] && opts="$opts,stream_rules=*.log:1;*.sst:2;MANIFEST-*:6"
@@ -241,14 +271,35 @@ db_run() { # NAME MODE(none|rules|levels) MODEL(0|1)
 	RES[$name.fillkops]=$(awk '/^fillrandom/ { for (i = 1; i <= NF; i++) if ($(i+1) == "ops/sec") { printf "%.1f", $i / 1000; exit } }' "$BENCH_OUT/$name.fill.txt")
 	[ "$model" = 1 ] && c0=$(fdp_counters)
 	t0=$SECONDS
+	if [ "$TRIM_EVERY" -gt 0 ]; then
+		# A periodic fstrim (a timer, as distributions ship it), scaled to
+		# the run: it tells the drive which blocks the filesystem freed.
+		(
+			trap - EXIT INT TERM
+			while sleep "$TRIM_EVERY"; do
+				fstrim "$MNT" 2>>"$BENCH_OUT/$name.fstrim" || true
+				echo "$((SECONDS - t0))" >>"$BENCH_OUT/$name.fstrim"
+			done
+		) &
+		trim=$!
+		BG+=("$trim")
+	fi
 	"${pre[@]}" db_bench --benchmarks=overwrite --use_existing_db=1 --num="$KEYS" \
 		--writes="$(awk -v k="$KEYS" -v o="$OVERWRITES" 'BEGIN { printf "%d", k * o }')" \
 		--db="$MNT/db" "${DB_OPTS[@]}" >"$BENCH_OUT/$name.overwrite.txt" 2>&1 || rc=$?
 	[ "$rc" = 0 ] || log "db_bench overwrite exited with status $rc: $(grep -ao 'finished [0-9]* ops' "$BENCH_OUT/$name.overwrite.txt" | tail -1)"
+	if [ -n "$trim" ]; then
+		kill "$trim" 2>/dev/null || true
+		wait "$trim" 2>/dev/null || true
+	fi
 	RES[$name.overwrite_rc]=$rc
 	RES[$name.secs]=$((SECONDS - t0))
 	RES[$name.kops]=$(awk '/^overwrite/ { for (i = 1; i <= NF; i++) if ($(i+1) == "ops/sec") { printf "%.1f", $i / 1000; exit } }' "$BENCH_OUT/$name.overwrite.txt")
 	df -h "$MNT" | tail -1 >>"$BENCH_OUT/$name.df"
+	# RocksDB's last per-level compaction table (bytes written per level,
+	# since the overwrite's open): what lifetimes the host bytes have.
+	awk '/Compaction Stats \[default\]/ { n = 0; blk = "" } { if (n < 12) { blk = blk $0 "\n"; n++ } }
+		/^ Sum / && n { last = blk } END { printf "%s", last }' "$MNT/db/LOG" >"$BENCH_OUT/$name.levels" 2>/dev/null || true
 	log "overwrite: ${RES[$name.kops]} Kops/s in ${RES[$name.secs]} s"
 	if [ "$model" = 1 ]; then
 		phase_result "$name" "$c0"
@@ -344,12 +395,14 @@ plot() { # TITLE OUT NAME:LABEL... (runs without samples are left out)
 }
 plot "fio hot/cold/rolling, modelled $DRIVE drive ($FTL, $DISCARD)" waf-fio.png \
 	fio-nostreams:"no streams" fio-streams:"streams"
-plot "RocksDB fillrandom+overwrite, modelled $DB_DRIVE drive ($DB_FTL, $DISCARD)" waf-rocksdb.png \
+trims=
+if [ "$TRIM_EVERY" -gt 0 ]; then trims=", fstrim every ${TRIM_EVERY}s"; fi
+plot "RocksDB fillrandom+overwrite, modelled $DB_DRIVE drive ($DB_FTL, $DB_DISCARD$trims)" "waf-rocksdb$TAG.png" \
 	db-none:"no streams" db-rules:"WAL/SST rules" db-levels:"rules + level hints"
 
 # ---- summary ----
 {
-	echo "# waf.sh $(date -u +%F) $DISCARD DRIVE=$DRIVE FTL=$FTL HOT=$HOT COLD=$COLD ROLL=${ROLL_FILES}x$ROLL HOT_IO=$HOT_IO HOT_RATE=$HOT_RATE ROLL_RATE=$ROLL_RATE DB_DRIVE=$DB_DRIVE DB_FTL=$DB_FTL BALLAST=$BALLAST KEYS=$KEYS VALUE=$VALUE OVERWRITES=$OVERWRITES SST=$SST MEMTABLE=$MEMTABLE L1=$L1"
+	echo "# waf.sh $(date -u +%F) $DISCARD DRIVE=$DRIVE FTL=$FTL HOT=$HOT COLD=$COLD ROLL=${ROLL_FILES}x$ROLL HOT_IO=$HOT_IO HOT_RATE=$HOT_RATE ROLL_RATE=$ROLL_RATE DB_DRIVE=$DB_DRIVE DB_FTL=$DB_FTL DB_DISCARD=$DB_DISCARD TRIM_EVERY=$TRIM_EVERY DYNAMIC=$DYNAMIC BALLAST=$BALLAST KEYS=$KEYS VALUE=$VALUE OVERWRITES=$OVERWRITES SST=$SST MEMTABLE=$MEMTABLE L1=$L1"
 	for k in $(printf '%s\n' "${!RES[@]}" | sort); do echo "$k ${RES[$k]}"; done
 	ratio() { # LABEL BASE OTHER
 		local a=${RES[$2.waf]:-} b=${RES[$3.waf]:-} sa=${RES[$2.steady]:-} sb=${RES[$3.steady]:-}
