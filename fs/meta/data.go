@@ -459,7 +459,6 @@ func (s *Store) allocLocked(in *Inode, lblk, n uint64, flags uint32) (Extent, er
 func (s *Store) mapLocked(in *Inode, x Extent) error {
 	tx := s.begin()
 	defer s.opLock.RUnlock()
-	tx.e.Buf = make([]byte, 0, 64) // a map record, without regrowing
 	tx.mapExt(in.attr.Ino, x)
 	s.markDirtyLocked(in)
 	return tx.commit()
