@@ -31,7 +31,8 @@
 #            loopback also on its backing files)
 #   create   NFILES empty files in 4 directories in parallel (seq | xargs touch)
 #   findls   find + ls -lR over them, right after the creates
-#   rm       rm -rf of them
+#   rm       rm -rf of them; on streamfs the FUSE request counters after each
+#            of create, findls and rm go to BENCH_OUT/names.ops-*.json
 #   tar      tar x of the Go tree ($(go env GOROOT), packed once on the tmpfs)
 #            followed by sync -f
 #   gobuild  go build with the toolchain, sources, GOCACHE (cold) and GOTMPDIR
@@ -342,9 +343,17 @@ phase_buf4k() {
 	teardown_fs "$fs"
 }
 
+# names_ops FS STEP: on streamfs, keep the daemon's FUSE request counters
+# (stats --json, fuse_ops) after STEP, so requests per file can be read off.
+names_ops() {
+	[ "$1" = streamfs ] || return 0
+	"$STREAMFS_BIN" stats --json "$MNT" >"$BENCH_OUT/names.ops-$2.json" || true
+}
+
 phase_names() {
 	local fs=$1 d t0 per=$((NFILES / NDIRS)) pids=() p
 	setup_fs "$fs" names
+	names_ops "$fs" 0-start
 	for ((d = 0; d < NDIRS; d++)); do mkdir "$T/d$d"; done
 	t0=$(now)
 	for ((d = 0; d < NDIRS; d++)); do
@@ -353,16 +362,19 @@ phase_names() {
 	done
 	for p in "${pids[@]}"; do wait "$p" || die "create on $fs failed"; done
 	VAL[create.$fs]=$(awk -v n=$((per * NDIRS)) -v t="$(since "$t0")" 'BEGIN { printf "%.0f", n / t }')
+	names_ops "$fs" 1-create
 	t0=$(now)
 	find "$T" >/dev/null
 	ls -lR "$T" >/dev/null
 	VAL[findls.$fs]=$(since "$t0")
+	names_ops "$fs" 2-findls
 	local n
 	n=$(find "$T" -type f | wc -l)
 	[ "$n" = $((per * NDIRS)) ] || die "$fs: $n files after creating $((per * NDIRS))"
 	t0=$(now)
 	rm -rf "$T"
 	VAL[rm.$fs]=$(since "$t0")
+	names_ops "$fs" 3-rm
 	teardown_fs "$fs"
 }
 
