@@ -54,6 +54,8 @@
 #   last one, RocksDB's default since 8.4; keeps space amplification ~1.1)
 #   PENDING_SOFT=64M PENDING_HARD=256M (pending compaction bytes limits)
 #   TAG= (suffix of the plot's file name, for several configurations)
+#   REPLOT=1  only redraw the RocksDB plots of docs/BENCHMARKS.md from the
+#             samples kept in scripts/bench/results/waf-rocksdb (no runs)
 #   RUNS="fio rocksdb w1 plain"  DB_MODES="none rules levels"
 #   PLOTS=docs/img (relative to the checkout)
 source "$(dirname "$0")/lib.sh"
@@ -88,6 +90,59 @@ PENDING_SOFT=${PENDING_SOFT:-67108864}
 PENDING_HARD=${PENDING_HARD:-268435456}
 TAG=${TAG:-}
 PLOTS=${PLOTS:-docs/img}
+
+PLOT_DIR=$PLOTS
+[[ $PLOT_DIR == /* ]] || PLOT_DIR=$BENCH_ROOT/$PLOTS
+# Plots: interval WAF (windows of >= 512 MiB host writes) from NAME.samples
+# in SAMPLES_DIR (this run's BENCH_OUT, or with REPLOT the kept results).
+windows() { # SAMPLES > "host_GiB interval_WAF cumulative_WAF"
+	awk 'NR == 1 { h0 = $2; m0 = $3 }
+		$2 - h0 >= 536870912 { printf "%.3f %.3f %.3f\n", $2 / 2^30, ($3 - m0) / ($2 - h0), $3 / $2; h0 = $2; m0 = $3 }' "$1"
+}
+plot() { # TITLE OUT NAME:LABEL... (runs without samples are left out)
+	local title=$1 out=$2 spec name label i=0 cmds=() colors=("#c0392b" "#d68910" "#2471a3" "#229954")
+	shift 2
+	for spec in "$@"; do
+		name=${spec%%:*} label=${spec#*:}
+		[ -s "$SAMPLES_DIR/$name.samples" ] || continue
+		windows "$SAMPLES_DIR/$name.samples" >"$WIN_DIR/$name.win"
+		cmds+=("\"$WIN_DIR/$name.win\" using 1:2 with lines lw 2 lc rgb \"${colors[i]}\" title \"$label, interval\"")
+		cmds+=("\"$WIN_DIR/$name.win\" using 1:3 with lines dt 2 lc rgb \"${colors[i]}\" title \"$label, since mkfs\"")
+		i=$((i + 1))
+	done
+	[ "$i" -ge 2 ] || return 0
+	gnuplot <<-EOF
+		set terminal pngcairo size 900,500 font "sans,11" noenhanced
+		set output "$PLOT_DIR/$out"
+		set title "$title"
+		set xlabel "host GiB written (since mkfs)"
+		set ylabel "WAF"
+		set yrange [0.9:*]
+		set grid
+		set key top left
+		plot $(IFS=,; echo "${cmds[*]}")
+	EOF
+	log "wrote $PLOT_DIR/$out"
+}
+# REPLOT=1: draw the RocksDB plots of docs/BENCHMARKS.md from the samples
+# kept in scripts/bench/results/waf-rocksdb (see its README), and stop.
+if [ "${REPLOT:-0}" = 1 ]; then
+	command -v gnuplot >/dev/null || die "REPLOT needs gnuplot (Debian: gnuplot-nox)"
+	SAMPLES_DIR=$BENCH_ROOT/scripts/bench/results/waf-rocksdb
+	WIN_DIR=$(mktemp -d)
+	trap 'rm -rf "$WIN_DIR"' EXIT
+	mkdir -p "$PLOT_DIR"
+	plot "RocksDB fillrandom+overwrite, modelled 4G drive (op=7,ru=16M,handles=8, nodiscard)" waf-rocksdb-4g.png \
+		4g-none:"no streams" 4g-rules:"WAL/SST rules" 4g-levels:"rules + level hints"
+	plot "RocksDB fillrandom+overwrite, modelled 2G drive (op=7,ru=8M,handles=8, nodiscard)" waf-rocksdb-2g.png \
+		2g-none:"no streams" 2g-rules:"WAL/SST rules" 2g-levels:"rules + level hints"
+	plot "RocksDB fillrandom+overwrite, modelled 2G drive (op=7,ru=8M,handles=8, nodiscard, fstrim every 60s)" waf-rocksdb-2g-fstrim.png \
+		2g-fstrim-none:"no streams" 2g-fstrim-levels:"rules + level hints"
+	plot "RocksDB fillrandom+overwrite, modelled 2G drive (op=7,ru=8M,handles=8): online discard; persistent isolation" waf-rocksdb-2g-discard.png \
+		2g-discard-none:"discard, no streams" 2g-discard-levels:"discard, rules + level hints" \
+		2g-persistent-levels:"nodiscard, persistent, rules + level hints"
+	exit 0
+fi
 
 # The tools this experiment needs beyond lib.sh's, from Debian.
 missing=()
@@ -360,39 +415,9 @@ for r in $RUNS; do
 	esac
 done
 
-# ---- plots: interval WAF (windows of >= 512 MiB host writes) ----
-PLOT_DIR=$PLOTS
-[[ $PLOT_DIR == /* ]] || PLOT_DIR=$BENCH_ROOT/$PLOTS
+# ---- plots ----
+SAMPLES_DIR=$BENCH_OUT WIN_DIR=$BENCH_OUT
 mkdir -p "$PLOT_DIR"
-windows() { # SAMPLES > "host_GiB interval_WAF cumulative_WAF"
-	awk 'NR == 1 { h0 = $2; m0 = $3 }
-		$2 - h0 >= 536870912 { printf "%.3f %.3f %.3f\n", $2 / 2^30, ($3 - m0) / ($2 - h0), $3 / $2; h0 = $2; m0 = $3 }' "$1"
-}
-plot() { # TITLE OUT NAME:LABEL... (runs without samples are left out)
-	local title=$1 out=$2 spec name label i=0 cmds=() colors=("#c0392b" "#d68910" "#2471a3" "#229954")
-	shift 2
-	for spec in "$@"; do
-		name=${spec%%:*} label=${spec#*:}
-		[ -s "$BENCH_OUT/$name.samples" ] || continue
-		windows "$BENCH_OUT/$name.samples" >"$BENCH_OUT/$name.win"
-		cmds+=("\"$BENCH_OUT/$name.win\" using 1:2 with lines lw 2 lc rgb \"${colors[i]}\" title \"$label, interval\"")
-		cmds+=("\"$BENCH_OUT/$name.win\" using 1:3 with lines dt 2 lc rgb \"${colors[i]}\" title \"$label, since mkfs\"")
-		i=$((i + 1))
-	done
-	[ "$i" -ge 2 ] || return 0
-	gnuplot <<-EOF
-		set terminal pngcairo size 900,500 font "sans,11" noenhanced
-		set output "$PLOT_DIR/$out"
-		set title "$title"
-		set xlabel "host GiB written (since mkfs)"
-		set ylabel "WAF"
-		set yrange [0.9:*]
-		set grid
-		set key top left
-		plot $(IFS=,; echo "${cmds[*]}")
-	EOF
-	log "wrote $PLOT_DIR/$out"
-}
 plot "fio hot/cold/rolling, modelled $DRIVE drive ($FTL, $DISCARD)" waf-fio.png \
 	fio-nostreams:"no streams" fio-streams:"streams"
 trims=
