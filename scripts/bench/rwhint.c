@@ -87,8 +87,12 @@ static int set_hint(int fd, const void *hintp)
 
 typedef int (*fcntl_fn)(int, int, ...);
 
-static int forward(const char *name, int fd, int cmd, void *arg)
+/* handle serves fcntl and fcntl64: a lifetime hint becomes a stream, the
+ * rest goes to the C library's function of that name. */
+static int handle(const char *name, int fd, int cmd, void *arg)
 {
+	if (cmd == F_SET_RW_HINT && arg)
+		return set_hint(fd, arg);
 	fcntl_fn real = (fcntl_fn)dlsym(RTLD_NEXT, name);
 	if (!real) {
 		errno = ENOSYS;
@@ -106,9 +110,7 @@ int fcntl(int fd, int cmd, ...)
 	va_start(ap, cmd);
 	void *arg = va_arg(ap, void *);
 	va_end(ap);
-	if (cmd == F_SET_RW_HINT && arg)
-		return set_hint(fd, arg);
-	return forward("fcntl", fd, cmd, arg);
+	return handle("fcntl", fd, cmd, arg);
 }
 
 int fcntl64(int fd, int cmd, ...)
@@ -117,7 +119,5 @@ int fcntl64(int fd, int cmd, ...)
 	va_start(ap, cmd);
 	void *arg = va_arg(ap, void *);
 	va_end(ap);
-	if (cmd == F_SET_RW_HINT && arg)
-		return set_hint(fd, arg);
-	return forward("fcntl64", fd, cmd, arg);
+	return handle("fcntl64", fd, cmd, arg);
 }
