@@ -205,9 +205,10 @@ func (s *Store) applyFree(ino uint64, freed *[]alloc.Extent) error {
 // applyMap maps x in ino's extents.
 func (s *Store) applyMap(ino uint64, x Extent, freed *[]alloc.Extent) error {
 	var old, fresh []Extent
+	var freshBuf [2]Extent
 	err := s.treeFor(ino).Update(func(tx *tree.Tx) error {
 		var err error
-		old, fresh, err = setTx(tx, ino, x)
+		old, fresh, err = setTx(tx, ino, x, freshBuf[:0])
 		return err
 	})
 	if err != nil {
@@ -402,10 +403,21 @@ func (t *txn) link(parent, ino uint64, mode uint32, name string) {
 	t.e.Link(parent, ino, mode, name)
 	t.add(n)
 }
+
+// mapExt journals and applies a mapping without decoding the record again
+// (it runs for every allocating write): it applies exactly what replay
+// applies for RecMap, whose checks the caller's extent passes by
+// construction (format's TestRecordRoundTrip keeps the encoding lossless,
+// and the power-loss test replays what this applied).
 func (t *txn) mapExt(ino uint64, x Extent) {
-	n := len(t.e.Buf)
 	t.e.Map(ino, x.LBlk, x.Len, x.PBlk, x.Flags, x.Stream)
-	t.add(n)
+	if t.err != nil {
+		return
+	}
+	if t.hint == 0 {
+		t.hint = ino
+	}
+	t.err = t.s.applyMap(ino, x, &t.freed)
 }
 func (t *txn) punch(ino, lblk, n uint64) {
 	m := len(t.e.Buf)

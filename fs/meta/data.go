@@ -35,7 +35,8 @@ func (s *Store) Read(in *Inode, p []byte, off int64) (int, error) {
 	bs := int64(s.bs)
 	first := uint64(off / bs)
 	last := uint64((off + int64(len(p)) - 1) / bs)
-	segs, err := s.segments(in, first, last-first+1)
+	var segBuf [4]segment
+	segs, err := s.segments(in, first, last-first+1, segBuf[:0])
 	if err != nil {
 		return 0, err
 	}
@@ -128,7 +129,8 @@ func (s *Store) overwrite(in *Inode, p []byte, off int64) (n int, done bool, err
 	}
 	bs := int64(s.bs)
 	first := uint64(off / bs)
-	segs, err := s.segments(in, first, uint64((end-1)/bs)-first+1)
+	var segBuf [4]segment
+	segs, err := s.segments(in, first, uint64((end-1)/bs)-first+1, segBuf[:0])
 	if err != nil {
 		return 0, true, err
 	}
@@ -195,22 +197,22 @@ type segment struct {
 	mapped  bool
 }
 
-// segments splits file blocks [first, first+n) into mapped pieces and holes.
-// in.mu is held (shared or not).
-func (s *Store) segments(in *Inode, first, n uint64) ([]segment, error) {
+// segments splits file blocks [first, first+n) into mapped pieces and holes,
+// appended to out (a caller's buffer: reads and writes should not allocate
+// for it). in.mu is held (shared or not).
+func (s *Store) segments(in *Inode, first, n uint64, out []segment) ([]segment, error) {
 	end, err := s.mappedEnd(in)
 	if err != nil {
 		return nil, err
 	}
 	if first >= end {
 		// Past every extent (an append): one hole, no tree walk.
-		return []segment{{lblk: first, n: n}}, nil
+		return append(out, segment{lblk: first, n: n}), nil
 	}
 	exts, err := s.visit(in, first, n)
 	if err != nil {
 		return nil, err
 	}
-	var out []segment
 	cur := first
 	for _, e := range exts {
 		if e.LBlk > cur {
@@ -263,7 +265,8 @@ func (s *Store) writeLocked(in *Inode, p []byte, off int64) (int, error) {
 	end := off + int64(len(p))
 	first := uint64(off / bs)
 	last := uint64((end - 1) / bs)
-	segs, err := s.segments(in, first, last-first+1)
+	var segBuf [4]segment
+	segs, err := s.segments(in, first, last-first+1, segBuf[:0])
 	if err != nil {
 		return 0, err
 	}
@@ -461,7 +464,11 @@ func (s *Store) mapLocked(in *Inode, x Extent) error {
 	defer s.opLock.RUnlock()
 	tx.mapExt(in.attr.Ino, x)
 	s.markDirtyLocked(in)
-	return tx.commit()
+	err := tx.commit()
+	// commit copied the records out and handed over freed: nothing refers
+	// to tx any more.
+	txnPool.Put(tx)
+	return err
 }
 
 // punchLocked makes file blocks [lblk, lblk+n) a hole. in.mu is held.
@@ -676,7 +683,8 @@ func (s *Store) clearRange(in *Inode, off, end int64) error {
 // preallocLocked maps every hole in file blocks [lo, hi) to unwritten
 // extents. in.mu is held.
 func (s *Store) preallocLocked(in *Inode, lo, hi uint64) error {
-	segs, err := s.segments(in, lo, hi-lo)
+	var segBuf [4]segment
+	segs, err := s.segments(in, lo, hi-lo, segBuf[:0])
 	if err != nil {
 		return err
 	}

@@ -112,25 +112,42 @@ func walkExtents(ascend func([]byte, func(k, v []byte) bool) error, ino, lblk ui
 
 // extentsAround looks at ino's extents near file blocks [lo, hi): prev is
 // the last one starting before lo, next the first one starting at or after
-// hi, and overlaps says whether any extent maps a block of [lo, hi).
-func extentsAround(r seeker, ino, lo, hi uint64) (prev Extent, hasPrev, overlaps bool, next Extent, hasNext bool, err error) {
-	fn := func(e Extent) bool {
-		switch {
-		case e.LBlk < lo:
-			prev, hasPrev = e, true
-			overlaps = e.End() > lo
-			return !overlaps
-		case e.LBlk < hi:
+// hi, and overlaps says whether any extent maps a block of [lo, hi). One
+// descent (Around) and no copies: it runs for every allocating write.
+func extentsAround(tx *tree.Tx, ino, lo, hi uint64) (prev Extent, hasPrev, overlaps bool, next Extent, hasNext bool, err error) {
+	// The last key before ino's extents at lo: (ino, lo-1), or for lo 0 the
+	// kind prefix, which sorts before all of them.
+	key := format.ExtentKey(ino, lo-1)
+	if lo == 0 {
+		key = key[:10]
+	}
+	before, after, err := tx.Around(key)
+	if err != nil {
+		return
+	}
+	// ino's extent keys start with the 10-byte kind prefix (decodeExtent
+	// rejects a malformed one).
+	ours := func(k []byte) bool { return bytes.HasPrefix(k, key[:10]) }
+	if before.OK && ours(before.Key) {
+		if prev, err = decodeExtent(before.Key, before.Val); err != nil {
+			return
+		}
+		hasPrev = true
+		if prev.End() > lo {
 			overlaps = true
-		default:
+			return
+		}
+	}
+	if after.OK && ours(after.Key) {
+		var e Extent
+		if e, err = decodeExtent(after.Key, after.Val); err != nil {
+			return
+		}
+		if e.LBlk < hi {
+			overlaps = true
+		} else {
 			next, hasNext = e, true
 		}
-		return false
-	}
-	if lo == 0 {
-		err = ascendExtents(r, ino, 0, fn)
-	} else {
-		err = ascendExtentsLE(r, ino, lo-1, fn)
 	}
 	return
 }
@@ -216,8 +233,9 @@ func putMergedTx(tx *tree.Tx, ino uint64, e, prev Extent, hasPrev bool, next Ext
 // setTx maps e in ino's extents, replacing whatever mapped there. It
 // returns the replaced pieces whose device blocks are no longer referenced
 // (freed), and the pieces of e whose blocks were not mapped before (fresh:
-// converting unwritten to written in place keeps the same blocks).
-func setTx(tx *tree.Tx, ino uint64, e Extent) (freed, fresh []Extent, err error) {
+// converting unwritten to written in place keeps the same blocks), appended
+// to fresh (a caller's buffer: an append should not allocate).
+func setTx(tx *tree.Tx, ino uint64, e Extent, fresh []Extent) (freed, _ []Extent, err error) {
 	// The common case, a write into a hole (an append), needs one look at
 	// the neighbours and one Put.
 	prev, hasPrev, overlaps, next, hasNext, err := extentsAround(tx, ino, e.LBlk, e.End())
@@ -228,7 +246,7 @@ func setTx(tx *tree.Tx, ino uint64, e Extent) (freed, fresh []Extent, err error)
 		if err := putMergedTx(tx, ino, e, prev, hasPrev, next, hasNext); err != nil {
 			return nil, nil, err
 		}
-		return nil, []Extent{e}, nil
+		return nil, append(fresh, e), nil
 	}
 	old, err := punchTx(tx, ino, e.LBlk, e.Len)
 	if err != nil {

@@ -488,10 +488,16 @@ func (s *Store) reclaimOrphans() (int, error) {
 // caller releases it after commit.
 func (s *Store) begin() *txn {
 	s.opLock.RLock()
-	t := &txn{s: s}
+	t := txnPool.Get().(*txn)
+	*t = txn{s: s}
 	t.e.Buf = t.inline[:0]
 	return t
 }
+
+// txnPool recycles transactions of the write path (mapLocked), the one
+// operation that runs for every allocating write; others leave theirs to
+// the collector.
+var txnPool = sync.Pool{New: func() any { return new(txn) }}
 
 // needCheckpoint says the dirty tree nodes should be written: they are
 // pinned in memory until then, so this bounds memory.

@@ -180,7 +180,8 @@ func freeInTx(tx *tree.Tx, start, n uint64) error {
 }
 
 func useInTx(tx *tree.Tx, start, n uint64) error {
-	k, v, ok, err := tx.SeekLE(format.FreeKey(start))
+	// Not copied: k only names the record to change.
+	k, v, ok, err := tx.LastLE(format.FreeKey(start))
 	if err != nil {
 		return err
 	}

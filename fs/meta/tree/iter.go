@@ -180,6 +180,17 @@ func (t *Tree) seekGE(from []byte) (k, v []byte, ok bool, err error) {
 
 // seekLE returns copies of the last entry with key <= key.
 func (t *Tree) seekLE(key []byte) (k, v []byte, ok bool, err error) {
+	k, v, ok, err = t.lastLE(key)
+	if !ok {
+		return nil, nil, false, err
+	}
+	return bytes.Clone(k), bytes.Clone(v), true, nil
+}
+
+// lastLE returns the last entry with key <= key, not copied: node bytes are
+// never changed in place (a change copies the node), so the slices stay
+// valid, though they may go stale once the tree changes.
+func (t *Tree) lastLE(key []byte) (k, v []byte, ok bool, err error) {
 	cu := cursor{t: t, stack: make([]frame, 0, 8)}
 	if ok, err := cu.seek(key); !ok || err != nil {
 		return nil, nil, false, err
@@ -193,7 +204,44 @@ func (t *Tree) seekLE(key []byte) (k, v []byte, ok bool, err error) {
 		return nil, nil, false, err
 	}
 	k, v = cu.entry()
-	return bytes.Clone(k), bytes.Clone(v), true, nil
+	return k, v, true, nil
+}
+
+// around returns, not copied (see lastLE), the last entry with key <= key
+// and the first entry with key > key, with one descent in the common case.
+func (t *Tree) around(key []byte) (le, next Entry, err error) {
+	cu := cursor{t: t, stack: make([]frame, 0, 8)}
+	if ok, err := cu.seek(key); !ok || err != nil {
+		return Entry{}, Entry{}, err
+	}
+	top := &cu.stack[len(cu.stack)-1]
+	switch {
+	case top.i < top.n.nkeys() && bytes.Equal(top.n.key(top.i), key):
+		le = Entry{Key: top.n.key(top.i), Val: top.n.val(top.i), OK: true}
+		top.i++
+	case top.i > 0:
+		le = Entry{Key: top.n.key(top.i - 1), Val: top.n.val(top.i - 1), OK: true}
+	default:
+		// The predecessor is in an earlier leaf.
+		if le.Key, le.Val, le.OK, err = t.lastLE(key); err != nil {
+			return Entry{}, Entry{}, err
+		}
+	}
+	if err := cu.settleForward(); err != nil {
+		return Entry{}, Entry{}, err
+	}
+	if cu.valid() {
+		next.Key, next.Val = cu.entry()
+		next.OK = true
+	}
+	return le, next, nil
+}
+
+// Entry is a key and its value as Tx.Around returns them; OK is false when
+// there is no such entry.
+type Entry struct {
+	Key, Val []byte
+	OK       bool
 }
 
 // Ascend calls fn for each entry with key >= from in key order until fn
@@ -238,9 +286,9 @@ func (t *Tree) SeekLE(key []byte) (k, v []byte, ok bool, err error) {
 func (t *Tree) Update(fn func(tx *Tx) error) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	tx := &Tx{t: t}
-	defer func() { tx.t = nil }()
-	return fn(tx)
+	t.tx.t = t
+	defer func() { t.tx.t = nil }()
+	return fn(&t.tx)
 }
 
 // Tx is the tree as seen inside Update: same semantics as Tree's methods,
@@ -326,4 +374,24 @@ func (tx *Tx) SeekLE(key []byte) (k, v []byte, ok bool, err error) {
 		return nil, nil, false, ErrTxDone
 	}
 	return tx.t.seekLE(key)
+}
+
+// LastLE is SeekLE without the copies: the slices must not be changed, and
+// they show the entry as it was when LastLE returned.
+func (tx *Tx) LastLE(key []byte) (k, v []byte, ok bool, err error) {
+	if tx.t == nil {
+		return nil, nil, false, ErrTxDone
+	}
+	return tx.t.lastLE(key)
+}
+
+// Around returns the last entry with key <= key and the first with key >
+// key (the predecessor or the entry itself, and the successor), not copied
+// (as LastLE), with one descent where both are in one leaf: e.g. the
+// extents on both sides of a block range.
+func (tx *Tx) Around(key []byte) (le, next Entry, err error) {
+	if tx.t == nil {
+		return Entry{}, Entry{}, ErrTxDone
+	}
+	return tx.t.around(key)
 }

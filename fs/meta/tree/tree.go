@@ -70,6 +70,9 @@ type Tree struct {
 	// spare holds blocks allocated ahead of an operation and not yet used
 	// (see reserve); Snapshot hands them back through Pager.Free.
 	spare []uint64
+	// tx is the one transaction Update hands out under the write lock (a
+	// fresh one per Update escaped to the heap on every write).
+	tx Tx
 }
 
 // Open returns the tree whose root is at block root; root 0 means an empty
@@ -196,8 +199,9 @@ type frame struct {
 
 // descend returns the path to the leaf where key is or would be, and whether
 // it is there (path's last frame then indexes it).
-func (t *Tree) descend(key []byte) ([]frame, bool, error) {
-	path := make([]frame, 0, 8)
+// path is appended to (callers pass a small array of their own: a
+// descent per change should not allocate).
+func (t *Tree) descend(path []frame, key []byte) ([]frame, bool, error) {
 	n, err := t.load(t.root, -1)
 	if err != nil {
 		return nil, false, err
@@ -329,7 +333,8 @@ func (t *Tree) put(key, val []byte) error {
 		t.root = n.blk
 		return nil
 	}
-	path, found, err := t.descend(key)
+	var pathBuf [8]frame
+	path, found, err := t.descend(pathBuf[:0], key)
 	if err != nil {
 		return err
 	}
@@ -473,7 +478,8 @@ func (t *Tree) rekey(old, key, val []byte) error {
 	if t.root == 0 {
 		return fmt.Errorf("tree: rekey: key % x not found: %w", old, ErrInvalid)
 	}
-	path, found, err := t.descend(old)
+	var pathBuf [8]frame
+	path, found, err := t.descend(pathBuf[:0], old)
 	if err != nil {
 		return err
 	}
@@ -556,7 +562,8 @@ func (t *Tree) del(key []byte) (bool, error) {
 	if t.root == 0 {
 		return false, nil
 	}
-	path, found, err := t.descend(key)
+	var pathBuf [8]frame
+	path, found, err := t.descend(pathBuf[:0], key)
 	if err != nil || !found {
 		return false, err
 	}

@@ -145,6 +145,18 @@ func runModel(t *testing.T, seed uint64, ns, space, ops int, big bool) {
 			if err != nil || ok != mok || (ok && (string(gk) != mk || string(gv) != m[mk])) {
 				t.Fatalf("op %d SeekLE(%x): %x %v %v, model %x %v", op, k, gk, ok, err, mk, mok)
 			}
+			// Around: the same predecessor, and the first key after k.
+			var le, next Entry
+			if err := h.tr.Update(func(tx *Tx) (err error) { le, next, err = tx.Around(k); return err }); err != nil {
+				t.Fatalf("op %d Around: %v", op, err)
+			}
+			if le.OK != mok || (mok && (string(le.Key) != mk || string(le.Val) != m[mk])) {
+				t.Fatalf("op %d Around(%x) before: %x %v, model %x %v", op, k, le.Key, le.OK, mk, mok)
+			}
+			ni := sort.SearchStrings(sorted, string(k)+"\x00")
+			if next.OK != (ni < len(sorted)) || (next.OK && (string(next.Key) != sorted[ni] || string(next.Val) != m[sorted[ni]])) {
+				t.Fatalf("op %d Around(%x) after: %x %v", op, k, next.Key, next.OK)
+			}
 		default:
 			// Ascend a few entries from k, and Seek.
 			ks := sorted
