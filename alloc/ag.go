@@ -190,6 +190,18 @@ func (g *ag) allocAt(b, n uint64, stream uint32) (Extent, bool) {
 	return got, true
 }
 
+// takeExact takes exactly [b, b+n) if every block of it is free.
+func (g *ag) takeExact(b, n uint64, stream uint32) bool {
+	g.lock()
+	defer g.unlock()
+	e, ok := g.containing(b)
+	if !ok || e.end() < b+n {
+		return false
+	}
+	g.allocated(Extent{Start: b, Len: n}, stream)
+	return true
+}
+
 // allocBest takes the smallest free extent of at least n blocks, or the
 // largest one when none is that long (a shorter extent beats spilling to
 // another AG).
@@ -208,6 +220,26 @@ func (g *ag) allocBest(n uint64, stream uint32) (Extent, bool) {
 	got := Extent{Start: e.Start, Len: min(n, e.Len)}
 	g.allocated(got, stream)
 	return got, true
+}
+
+// allocTop takes the highest free block of the AG, for a metadata node.
+// Data is placed lowest first (best fit, then appends extend forward), so
+// nodes kept at the top of free space never land on the block an append
+// would extend into: a tree node taken by best fit was the first block
+// after the file being written, splitting its extent at every checkpoint.
+func (g *ag) allocTop(stream uint32) (uint64, bool) {
+	if g.free.Load() == 0 {
+		return 0, false
+	}
+	g.lock()
+	defer g.unlock()
+	e, ok := g.bno.last()
+	if !ok {
+		return 0, false
+	}
+	b := e.end() - 1
+	g.allocated(Extent{Start: b, Len: 1}, stream)
+	return b, true
 }
 
 // check verifies the AG's invariants. Caller holds mu.

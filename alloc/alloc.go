@@ -262,6 +262,29 @@ func (a *Allocator) Alloc(r Request) (Extent, error) {
 	return e, nil
 }
 
+// AllocMeta returns one block for a metadata node of AG agno: the highest
+// free block of that AG (see allocTop), else of the next AG that has one.
+// Counted as stream 0. ErrNoSpace when nothing is free.
+func (a *Allocator) AllocMeta(agno uint32) (uint64, error) {
+	n := a.geo.AGCount
+	for i := range n {
+		if b, ok := a.ags[(agno+i)%n].allocTop(0); ok {
+			return b, nil
+		}
+	}
+	return 0, ErrNoSpace
+}
+
+// TakeExact takes exactly [start, start+n) for stream when all of it is
+// free and inside one AG, and reports whether it did; otherwise nothing
+// changes.
+func (a *Allocator) TakeExact(start, n uint64, stream uint32) bool {
+	if n == 0 || start >= a.geo.TotalBlocks || start/a.geo.AGBlocks != (start+n-1)/a.geo.AGBlocks {
+		return false
+	}
+	return a.ags[start/a.geo.AGBlocks].takeExact(start, n, stream)
+}
+
 // setHint records b as the inode's placement hint: in place when the inode
 // has an entry (an atomic store, no cache lock), else by adding one, which
 // ristretto's admission may drop; the next Alloc then just falls back.

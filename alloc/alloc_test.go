@@ -638,3 +638,59 @@ func TestTrimHoldsPieces(t *testing.T) {
 		t.Fatalf("trim: %d blocks in %d pieces, %v", n, pieces, err)
 	}
 }
+
+// TestAllocMeta: metadata blocks come from the top of an AG's free space,
+// then from the following AGs, and a full device says ENOSPC.
+func TestAllocMeta(t *testing.T) {
+	a, err := New(Geometry{AGCount: 2, AGBlocks: 8, TotalBlocks: 16}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []uint64
+	for range 16 {
+		b, err := a.AllocMeta(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, b)
+		mustCheck(t, a)
+	}
+	want := []uint64{15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0}
+	if !slices.Equal(got, want) {
+		t.Fatalf("AllocMeta order %v, want %v", got, want)
+	}
+	if _, err := a.AllocMeta(0); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("AllocMeta on a full device: %v, want ENOSPC", err)
+	}
+}
+
+// TestTakeExact: all of the range or nothing, never across an AG.
+func TestTakeExact(t *testing.T) {
+	a, err := New(Geometry{AGCount: 2, AGBlocks: 8, TotalBlocks: 16}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.MarkUsed(3, 1); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		start, n uint64
+		ok       bool
+	}{
+		{2, 2, false}, // block 3 is used
+		{6, 4, false}, // crosses into AG 1
+		{15, 2, false},
+		{16, 1, false},
+		{4, 4, true},
+		{4, 1, false}, // taken just before
+		{0, 3, true},
+	} {
+		if got := a.TakeExact(c.start, c.n, 0); got != c.ok {
+			t.Errorf("TakeExact(%d, %d) = %v, want %v", c.start, c.n, got, c.ok)
+		}
+		mustCheck(t, a)
+	}
+	if free := freeList(a); !reflect.DeepEqual(free, []Extent{{Start: 8, Len: 8}}) {
+		t.Errorf("free space %v, want only AG 1", free)
+	}
+}

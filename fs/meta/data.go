@@ -453,6 +453,9 @@ func (s *Store) allocLocked(in *Inode, lblk, n uint64, flags uint32) (Extent, er
 		s.keepPreallocLocked(in, prealloc{lblk: lblk + n, pblk: e.Start + n, n: e.Len - n})
 		e.Len = n
 	}
+	if req.Goal != 0 && e.Start == req.Goal && prev.End() < lblk && flags == 0 {
+		s.reserveGapLocked(in, prev.End(), prev.PBlk+prev.Len, lblk-prev.End())
+	}
 	return Extent{LBlk: lblk, Len: e.Len, PBlk: e.Start, Flags: flags, Stream: in.attr.Stream}, nil
 }
 

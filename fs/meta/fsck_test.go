@@ -284,7 +284,9 @@ func TestFsckRepairs(t *testing.T) {
 func TestFsckRebuildsFreeSpace(t *testing.T) {
 	base := fsckImageN(t, 20)
 	// lastFree returns the last free extent of AG ag of at least 8
-	// blocks (allocations come from the front).
+	// blocks. Data comes from the front of free space and tree nodes from
+	// its top, so records planted below start stay out of the way of the
+	// nodes the damaging session's own checkpoint allocates.
 	lastFree := func(t *testing.T, s *Store, ag int) (uint64, uint64) {
 		var start, n uint64
 		s.trees[ag].Ascend(format.FreePrefix(), func(k, v []byte) bool {
@@ -320,8 +322,8 @@ func TestFsckRebuildsFreeSpace(t *testing.T) {
 			}
 		}, "leaked"},
 		"overlapping free records": {func(t *testing.T, s *Store) {
-			start, n := lastFree(t, s, 1)
-			s.trees[1].Put(format.FreeKey(start+n-4), format.FreeVal(3))
+			start, _ := lastFree(t, s, 1)
+			s.trees[1].Put(format.FreeKey(start-2), format.FreeVal(3))
 		}, "(free space) also belong to free space"},
 		"free record in another AG": {func(t *testing.T, s *Store) {
 			start, n := lastFree(t, s, 1)
@@ -331,7 +333,8 @@ func TestFsckRebuildsFreeSpace(t *testing.T) {
 			s.trees[0].Put(format.FreeKey(s.sb.MetaEnd()-2), format.FreeVal(1))
 		}, "also belong to the metadata area"},
 		"malformed free record": {func(t *testing.T, s *Store) {
-			s.trees[2].Put(format.FreeKey(s.sb.AGBlocks*2+5), []byte{1})
+			start, _ := lastFree(t, s, 2)
+			s.trees[2].Put(format.FreeKey(start-1), []byte{1})
 		}, "free-space entry"},
 	}
 	for name, c := range cases {

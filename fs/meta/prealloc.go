@@ -78,6 +78,31 @@ func (s *Store) keepPreallocLocked(in *Inode, p prealloc) {
 	s.preBlocks.Add(int64(p.n))
 }
 
+// maxGapBytes bounds the hole reserveGapLocked keeps: the kernel's
+// writeback has a few megabytes of a file in flight at once, and a larger
+// hole is more likely a sparse file's than a late chunk's.
+const maxGapBytes = 16 << 20
+
+// reserveGapLocked keeps device blocks [pblk, pblk+n), the hole an
+// out-of-order write just left in front of itself at file blocks
+// [lblk, lblk+n), as a window for the write still to come. Async
+// writeback sends a file's chunks concurrently and out of order; left
+// free, the hole is exactly the small extent best fit hands the next
+// file in the AG, and both files fragment. in.mu is held.
+func (s *Store) reserveGapLocked(in *Inode, lblk, pblk, n uint64) {
+	if n*s.bs > maxGapBytes || s.alloc.FreeBlocks() < s.metaReserve+32*n {
+		return
+	}
+	for _, w := range in.pre {
+		if w.lblk < lblk+n && lblk < w.lblk+w.n {
+			return // a window already serves part of the hole
+		}
+	}
+	if s.alloc.TakeExact(pblk, n, in.attr.Stream) {
+		s.keepPreallocLocked(in, prealloc{lblk: lblk, pblk: pblk, n: n})
+	}
+}
+
 // dropPreallocLocked gives in's windows back to the allocator. in.mu is held.
 func (s *Store) dropPreallocLocked(in *Inode) {
 	for _, w := range in.pre {

@@ -40,21 +40,19 @@ func (p *nodePager) Read(blk uint64, buf []byte) error {
 	return nil
 }
 
+// Alloc ignores hint: nodes go to the top of the AG's free space, away
+// from the data appends extend into (alloc.AllocMeta).
 func (p *nodePager) Alloc(hint uint64) (uint64, error) {
 	s := p.s
-	req := alloc.Request{Ino: alloc.MakeIno(p.ag, 0), Len: 1}
-	if hint != 0 {
-		req.Goal = hint + 1
-	}
-	e, err := s.alloc.Alloc(req)
+	b, err := s.alloc.AllocMeta(p.ag)
 	if err != nil {
 		return 0, fmt.Errorf("allocating a tree node: %w", err)
 	}
 	s.nodeMu.Lock()
-	s.nodeEv = append(s.nodeEv, nodeEvent{blk: e.Start, alloc: true})
+	s.nodeEv = append(s.nodeEv, nodeEvent{blk: b, alloc: true})
 	s.nodeMu.Unlock()
 	s.nodeAllocs.Add(1)
-	return e.Start, nil
+	return b, nil
 }
 
 func (p *nodePager) Free(blk uint64) {

@@ -3,6 +3,7 @@ package meta
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"syscall"
 	"testing"
@@ -147,6 +148,79 @@ func TestWriteKillsCapsSetLater(t *testing.T) {
 		mustWrite(t, s, f, data[:10], 0)
 		if _, err := s.Getxattr(f, xattrCaps); !errors.Is(err, syscall.ENODATA) {
 			t.Fatalf("round %d: capability after a write: %v, want ENODATA", round, err)
+		}
+	}
+}
+
+// TestAppendOneExtentAcrossCheckpoints: a checkpoint copies the tree nodes
+// it changes to new blocks. Taken by best fit, the first such block was the
+// one right after the file being appended, and the file's next write
+// started a second extent; nodes now come from the top of the AG.
+func TestAppendOneExtentAcrossCheckpoints(t *testing.T) {
+	fd, _ := newTestImage(t, 256<<20, 1)
+	s, err := Open(fd, testOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	f := mustCreate(t, s, s.Root(), "f")
+	const bs = 4096
+	for i := range 64 {
+		mustWrite(t, s, f, tagged(f.Ino(), int64(i)*bs, bs, byte(i)), int64(i)*bs)
+		if i%8 == 7 {
+			// Enough new names that the tree needs new nodes, not only
+			// the copies a checkpoint swaps between two blocks.
+			for j := range 200 {
+				mustCreate(t, s, s.Root(), fmt.Sprintf("g%d-%d", i, j))
+			}
+			if err := s.checkpoint(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	exts, err := s.Extents(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(exts) != 1 {
+		t.Fatalf("64 appends across 8 checkpoints left %d extents, want 1: %+v", len(exts), exts)
+	}
+}
+
+// TestOutOfOrderChunksKeepTheirHole: writeback sends a file's chunks out of
+// order. The hole a later chunk leaves in front of itself is kept for the
+// chunk still to come, not handed to the next file by best fit.
+func TestOutOfOrderChunksKeepTheirHole(t *testing.T) {
+	fd, _ := newTestImage(t, 256<<20, 1)
+	s, err := Open(fd, testOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	a := mustCreate(t, s, s.Root(), "a")
+	b := mustCreate(t, s, s.Root(), "b")
+	const chunk = 1 << 20
+	// Chunks 0 and 1 in order (1 comes from 0's preallocation), then 3
+	// before 2, with another file's write in between.
+	for _, c := range []int64{0, 1, 3} {
+		mustWrite(t, s, a, tagged(a.Ino(), c*chunk, chunk, byte(c)), c*chunk)
+	}
+	mustWrite(t, s, b, tagged(b.Ino(), 0, chunk, 9), 0)
+	mustWrite(t, s, a, tagged(a.Ino(), 2*chunk, chunk, 2), 2*chunk)
+	exts, err := s.Extents(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(exts) != 1 {
+		t.Fatalf("4 chunks written 0 1 3 2 left %d extents, want 1: %+v", len(exts), exts)
+	}
+	for c := range int64(4) {
+		got := make([]byte, chunk)
+		if _, err := s.Read(a, got, c*chunk); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, tagged(a.Ino(), c*chunk, chunk, byte(c))) {
+			t.Fatalf("chunk %d reads back wrong", c)
 		}
 	}
 }
