@@ -431,10 +431,18 @@ func (s *Store) allocLocked(in *Inode, lblk, n uint64, flags uint32) (Extent, er
 	if ok && prev.End() <= lblk {
 		req.Goal = prev.PBlk + prev.Len + (lblk - prev.End())
 	}
-	// An append (nothing mapped at or past lblk) preallocates: see prealloc.go.
+	// An append (nothing mapped at or past lblk) preallocates: see
+	// prealloc.go. A file's first write that is not at its start (async
+	// writeback served out of order) also takes room for the blocks in
+	// front of it, as a window.
+	var lead uint64
 	if flags == 0 && in.IsReg() {
 		if last, lok, lerr := extentBefore(s.treeFor(in.attr.Ino), in.attr.Ino, ^uint64(0)); lerr == nil && (!lok || last.End() <= lblk) {
 			req.Len = s.preallocSize(lblk, n)
+			if !lok && lblk > 0 && s.holeWorthKeepingLocked(in, 0, lblk) {
+				lead = lblk
+				req.Len += lead
+			}
 		}
 	}
 	e, err := s.alloc.Alloc(req)
@@ -448,6 +456,10 @@ func (s *Store) allocLocked(in *Inode, lblk, n uint64, flags uint32) (Extent, er
 			return Extent{}, syscall.ENOSPC
 		}
 		return Extent{}, fmt.Errorf("allocating for inode %d: %w", in.attr.Ino, err)
+	}
+	if lead > 0 && e.Len > lead {
+		s.keepPreallocLocked(in, prealloc{lblk: 0, pblk: e.Start, n: lead})
+		e.Start, e.Len = e.Start+lead, e.Len-lead
 	}
 	if e.Len > n {
 		s.keepPreallocLocked(in, prealloc{lblk: lblk + n, pblk: e.Start + n, n: e.Len - n})

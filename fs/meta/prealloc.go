@@ -83,22 +83,31 @@ func (s *Store) keepPreallocLocked(in *Inode, p prealloc) {
 // hole is more likely a sparse file's than a late chunk's.
 const maxGapBytes = 16 << 20
 
-// reserveGapLocked keeps device blocks [pblk, pblk+n), the hole an
-// out-of-order write just left in front of itself at file blocks
-// [lblk, lblk+n), as a window for the write still to come. Async
-// writeback sends a file's chunks concurrently and out of order; left
-// free, the hole is exactly the small extent best fit hands the next
-// file in the AG, and both files fragment. in.mu is held.
-func (s *Store) reserveGapLocked(in *Inode, lblk, pblk, n uint64) {
+// holeWorthKeepingLocked reports whether file blocks [lblk, lblk+n), a
+// hole an out-of-order write leaves in front of itself, should get a
+// window of their own: small enough to be a late chunk's, space to spare,
+// and no window already serving part of it. in.mu is held.
+func (s *Store) holeWorthKeepingLocked(in *Inode, lblk, n uint64) bool {
 	if n*s.bs > maxGapBytes || s.alloc.FreeBlocks() < s.metaReserve+32*n {
-		return
+		return false
 	}
 	for _, w := range in.pre {
 		if w.lblk < lblk+n && lblk < w.lblk+w.n {
-			return // a window already serves part of the hole
+			return false
 		}
 	}
-	if s.alloc.TakeExact(pblk, n, in.attr.Stream) {
+	return true
+}
+
+// reserveGapLocked keeps device blocks [pblk, pblk+n), the hole an
+// out-of-order write just left in front of itself at file blocks
+// [lblk, lblk+n), as a window for the write still to come. Async
+// writeback sends a file's chunks concurrently, and the daemon serves
+// them in whatever order its goroutines take the inode lock; left free,
+// the hole is exactly the small extent best fit hands the next file in
+// the AG, and both files fragment. in.mu is held.
+func (s *Store) reserveGapLocked(in *Inode, lblk, pblk, n uint64) {
+	if s.holeWorthKeepingLocked(in, lblk, n) && s.alloc.TakeExact(pblk, n, in.attr.Stream) {
 		s.keepPreallocLocked(in, prealloc{lblk: lblk, pblk: pblk, n: n})
 	}
 }

@@ -187,40 +187,50 @@ func TestAppendOneExtentAcrossCheckpoints(t *testing.T) {
 	}
 }
 
-// TestOutOfOrderChunksKeepTheirHole: writeback sends a file's chunks out of
-// order. The hole a later chunk leaves in front of itself is kept for the
-// chunk still to come, not handed to the next file by best fit.
+// TestOutOfOrderChunksKeepTheirHole: the daemon serves a file's async
+// writeback chunks in whatever order its goroutines take the inode lock.
+// The hole a later chunk leaves in front of itself is kept for the chunk
+// still to come, not handed to the next file by best fit: at the file's
+// start (chunk 1 first) and behind its last extent.
 func TestOutOfOrderChunksKeepTheirHole(t *testing.T) {
-	fd, _ := newTestImage(t, 256<<20, 1)
-	s, err := Open(fd, testOpts())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	a := mustCreate(t, s, s.Root(), "a")
-	b := mustCreate(t, s, s.Root(), "b")
-	const chunk = 1 << 20
-	// Chunks 0 and 1 in order (1 comes from 0's preallocation), then 3
-	// before 2, with another file's write in between.
-	for _, c := range []int64{0, 1, 3} {
-		mustWrite(t, s, a, tagged(a.Ino(), c*chunk, chunk, byte(c)), c*chunk)
-	}
-	mustWrite(t, s, b, tagged(b.Ino(), 0, chunk, 9), 0)
-	mustWrite(t, s, a, tagged(a.Ino(), 2*chunk, chunk, 2), 2*chunk)
-	exts, err := s.Extents(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(exts) != 1 {
-		t.Fatalf("4 chunks written 0 1 3 2 left %d extents, want 1: %+v", len(exts), exts)
-	}
-	for c := range int64(4) {
-		got := make([]byte, chunk)
-		if _, err := s.Read(a, got, c*chunk); err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, tagged(a.Ino(), c*chunk, chunk, byte(c))) {
-			t.Fatalf("chunk %d reads back wrong", c)
-		}
+	const other = -1 // a write of another file in the same AG
+	for name, order := range map[string][]int64{
+		"start": {1, other, 0},
+		"end":   {0, 1, 2, 3, 5, other, 4},
+	} {
+		t.Run(name, func(t *testing.T) {
+			fd, _ := newTestImage(t, 256<<20, 1)
+			s, err := Open(fd, testOpts())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			a := mustCreate(t, s, s.Root(), "a")
+			b := mustCreate(t, s, s.Root(), "b")
+			const chunk = 1 << 20
+			for _, c := range order {
+				if c == other {
+					mustWrite(t, s, b, tagged(b.Ino(), 0, chunk, 9), 0)
+					continue
+				}
+				mustWrite(t, s, a, tagged(a.Ino(), c*chunk, chunk, byte(c)), c*chunk)
+			}
+			exts, err := s.Extents(a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(exts) != 1 {
+				t.Fatalf("chunks written in order %v left %d extents, want 1: %+v", order, len(exts), exts)
+			}
+			for c := range int64(len(order) - 1) {
+				got := make([]byte, chunk)
+				if _, err := s.Read(a, got, c*chunk); err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(got, tagged(a.Ino(), c*chunk, chunk, byte(c))) {
+					t.Fatalf("chunk %d reads back wrong", c)
+				}
+			}
+		})
 	}
 }
