@@ -1,10 +1,15 @@
 package integration
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
+
+	sfs "github.com/streamfs/streamfs/fs"
 )
 
 // With the FUSE writeback cache the kernel owns a regular file's size,
@@ -114,4 +119,40 @@ func TestWritebackTimestamps(t *testing.T) {
 	checkContent(t, p, data)
 	checkContent(t, q, data)
 	checkContent(t, r, data[:5000])
+}
+
+// TestWritebackWholeExtents: buffered 1 MiB writes from 8 jobs in 8
+// directories (issue 11's workload B, scaled down) reach the daemon as
+// concurrent async WRITEs served out of order; each file still lands in
+// one extent, as on XFS, and its data verifies after a remount.
+func TestWritebackWholeExtents(t *testing.T) {
+	requireEnv(t)
+	img := mkfs(t, "4G", "--ag-count", "16")
+	m := mountImage(t, img)
+	const jobs = 8
+	fio := func(extra ...string) {
+		t.Helper()
+		args := append([]string{"--name=wb", "--directory=" + m.path(), "--filename_format=d$jobnum/f",
+			"--rw=write", "--bs=1M", "--size=64m", "--ioengine=psync", "--numjobs=" + strconv.Itoa(jobs),
+			"--fallocate=none", "--verify=crc32c", "--verify_fatal=1", "--verify_state_save=0"}, extra...)
+		runCmd(t, "fio", args...)
+	}
+	for j := range jobs {
+		if err := os.Mkdir(m.path(fmt.Sprintf("d%d", j)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fio("--end_fsync=1", "--do_verify=0")
+	for j := range jobs {
+		p := m.path(fmt.Sprintf("d%d", j), "f")
+		var doc sfs.BmapDoc
+		if err := json.Unmarshal([]byte(streamfs(t, "bmap", "--json", p)), &doc); err != nil {
+			t.Fatal(err)
+		}
+		if len(doc.Extents) != 1 {
+			t.Errorf("%s: %d extents, want 1: %+v", p, len(doc.Extents), doc.Extents)
+		}
+	}
+	m = m.remount(t)
+	fio("--verify_only")
 }
