@@ -439,7 +439,7 @@ func (s *Store) allocLocked(in *Inode, lblk, n uint64, flags uint32) (Extent, er
 	if flags == 0 && in.IsReg() {
 		if last, lok, lerr := extentBefore(s.treeFor(in.attr.Ino), in.attr.Ino, ^uint64(0)); lerr == nil && (!lok || last.End() <= lblk) {
 			req.Len = s.preallocSize(lblk, n)
-			if !lok && lblk > 0 && s.holeWorthKeepingLocked(in, 0, lblk) {
+			if !lok && lblk > 0 && s.holeWorthKeepingLocked(in, 0, lblk, req.Len) {
 				lead = lblk
 				req.Len += lead
 			}

@@ -18,7 +18,7 @@ package meta
 // arrive out of order (async WRITEs of one file are served concurrently).
 const (
 	maxPreallocBytes = 256 << 20
-	maxWindows       = 4
+	maxWindows       = 8
 )
 
 // prealloc is a run of allocated, unmapped blocks meant for file blocks
@@ -65,14 +65,25 @@ func (s *Store) takePreallocLocked(in *Inode, lblk, n uint64) (Extent, bool) {
 	return Extent{}, false
 }
 
-// keepPreallocLocked adds window p to in's, giving back the oldest one
-// when there are too many. in.mu is held.
+// keepPreallocLocked adds window p to in's. With too many, the window
+// farthest into the file is given back (p itself, if it is that one): the
+// windows behind it hold holes for chunks already on their way, while the
+// farthest is speculation, and the next append's goal finds its blocks
+// again if no one took them meanwhile. in.mu is held.
 func (s *Store) keepPreallocLocked(in *Inode, p prealloc) {
 	if len(in.pre) >= maxWindows {
-		old := in.pre[0]
-		in.pre = in.pre[1:]
-		s.preBlocks.Add(-int64(old.n))
-		_ = s.alloc.Free(old.pblk, old.n)
+		far, at := p, -1
+		for i, w := range in.pre {
+			if w.lblk > far.lblk {
+				far, at = w, i
+			}
+		}
+		_ = s.alloc.Free(far.pblk, far.n)
+		if at < 0 {
+			return
+		}
+		in.pre = append(in.pre[:at], in.pre[at+1:]...)
+		s.preBlocks.Add(-int64(far.n))
 	}
 	in.pre = append(in.pre, p)
 	s.preBlocks.Add(int64(p.n))
@@ -85,10 +96,11 @@ const maxGapBytes = 16 << 20
 
 // holeWorthKeepingLocked reports whether file blocks [lblk, lblk+n), a
 // hole an out-of-order write leaves in front of itself, should get a
-// window of their own: small enough to be a late chunk's, space to spare,
-// and no window already serving part of it. in.mu is held.
-func (s *Store) holeWorthKeepingLocked(in *Inode, lblk, n uint64) bool {
-	if n*s.bs > maxGapBytes || s.alloc.FreeBlocks() < s.metaReserve+32*n {
+// window of their own: small enough to be a late chunk's, room to spare
+// above the metadata reserve after the extra blocks about to be taken
+// with it, and no window already serving part of it. in.mu is held.
+func (s *Store) holeWorthKeepingLocked(in *Inode, lblk, n, extra uint64) bool {
+	if n*s.bs > maxGapBytes || s.alloc.FreeBlocks() < s.metaReserve+extra+32*n {
 		return false
 	}
 	for _, w := range in.pre {
@@ -107,7 +119,7 @@ func (s *Store) holeWorthKeepingLocked(in *Inode, lblk, n uint64) bool {
 // the hole is exactly the small extent best fit hands the next file in
 // the AG, and both files fragment. in.mu is held.
 func (s *Store) reserveGapLocked(in *Inode, lblk, pblk, n uint64) {
-	if s.holeWorthKeepingLocked(in, lblk, n) && s.alloc.TakeExact(pblk, n, in.attr.Stream) {
+	if s.holeWorthKeepingLocked(in, lblk, n, 0) && s.alloc.TakeExact(pblk, n, in.attr.Stream) {
 		s.keepPreallocLocked(in, prealloc{lblk: lblk, pblk: pblk, n: n})
 	}
 }
