@@ -140,6 +140,19 @@ func newTestImage(t testing.TB, size int64, seed int64) (*faulty.Device, string)
 
 func testOpts() Options { return Options{CommitInterval: time.Hour} }
 
+// newTestStore opens a fresh test image of size bytes (newTestImage, seed
+// 1) and closes the store when the test ends.
+func newTestStore(t testing.TB, size int64) *Store {
+	t.Helper()
+	fd, _ := newTestImage(t, size, 1)
+	s, err := Open(fd, testOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 // newPlainImage makes a sparse image file of size bytes at path (a temp
 // dir when path is "") with a streamfs of ags AGs, opened without the
 // fault-injecting wrapper (whose lock would serialize benchmarks). The

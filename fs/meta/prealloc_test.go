@@ -270,12 +270,7 @@ func runWindows(t *testing.T, img, chunkSz int64, seeds uint64, steps int) {
 // checked against free space before the allocation but added on top of
 // it, so a first write not at offset 0 takes lead blocks from the reserve.
 func TestLeadLeavesMetaReserve(t *testing.T) {
-	fd, _ := newTestImage(t, 64<<20, 1)
-	s, err := Open(fd, testOpts())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newTestStore(t, 64<<20)
 	bs := int64(s.bs)
 	filler := mustCreate(t, s, s.Root(), "filler")
 	var off int64
@@ -309,12 +304,7 @@ func TestLeadLeavesMetaReserve(t *testing.T) {
 // lead (the window for chunk 0, the one writeback is most likely still to
 // send) is a new file's oldest, so a few more out-of-order chunks drop it.
 func TestLeadWindowKept(t *testing.T) {
-	fd, _ := newTestImage(t, 256<<20, 1)
-	s, err := Open(fd, testOpts())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newTestStore(t, 256<<20)
 	a := mustCreate(t, s, s.Root(), "a")
 	const chunk = 1 << 20
 	for _, c := range []int64{1, 3, 5, 7} {

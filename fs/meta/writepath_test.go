@@ -129,12 +129,7 @@ func TestWritePathModel(t *testing.T) {
 // A write drops security.capability even when it is set after earlier
 // writes (which found none and remembered that), and after a reopen.
 func TestWriteKillsCapsSetLater(t *testing.T) {
-	fd, _ := newTestImage(t, 64<<20, 1)
-	s, err := Open(fd, testOpts())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newTestStore(t, 64<<20)
 	f := mustCreate(t, s, s.Root(), "f")
 	data := tagged(f.Ino(), 0, 4096, 1)
 	for round := range 3 {
@@ -157,12 +152,7 @@ func TestWriteKillsCapsSetLater(t *testing.T) {
 // one right after the file being appended, and the file's next write
 // started a second extent; nodes now come from the top of the AG.
 func TestAppendOneExtentAcrossCheckpoints(t *testing.T) {
-	fd, _ := newTestImage(t, 256<<20, 1)
-	s, err := Open(fd, testOpts())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newTestStore(t, 256<<20)
 	f := mustCreate(t, s, s.Root(), "f")
 	const bs = 4096
 	for i := range 64 {
@@ -199,12 +189,7 @@ func TestOutOfOrderChunksKeepTheirHole(t *testing.T) {
 		"end":   {0, 1, 2, 3, 5, other, 4},
 	} {
 		t.Run(name, func(t *testing.T) {
-			fd, _ := newTestImage(t, 256<<20, 1)
-			s, err := Open(fd, testOpts())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
+			s := newTestStore(t, 256<<20)
 			a := mustCreate(t, s, s.Root(), "a")
 			b := mustCreate(t, s, s.Root(), "b")
 			const chunk = 1 << 20
