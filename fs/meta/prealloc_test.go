@@ -183,7 +183,11 @@ func runWindows(t *testing.T, img, chunkSz int64, seeds uint64, steps int) {
 							f.data = f.data[:min(uint64(len(f.data)), f.in.attr.Size)]
 							f.data = append(f.data, make([]byte, f.in.attr.Size-uint64(len(f.data)))...)
 							got := make([]byte, len(f.data))
-							s.Read(f.in, got, 0)
+							if len(got) > 0 {
+								if _, err := s.Read(f.in, got, 0); err != nil {
+									t.Fatal(err)
+								}
+							}
 							f.data = got
 							continue
 						}
@@ -264,11 +268,10 @@ func runWindows(t *testing.T, img, chunkSz int64, seeds uint64, steps int) {
 	}
 }
 
-// TestLeadLeavesMetaReserve: data allocation leaves metaReserve
-// blocks for metadata (allocLocked shrinks n to FreeBlocks-metaReserve),
-// and the append window is sized so it never exceeds that. The lead is
-// checked against free space before the allocation but added on top of
-// it, so a first write not at offset 0 takes lead blocks from the reserve.
+// TestLeadLeavesMetaReserve: data allocation leaves metaReserve blocks for
+// metadata, and so does the lead window of a file's first write that is
+// not at offset 0: it is taken only when the room above the reserve covers
+// the write's own allocation too.
 func TestLeadLeavesMetaReserve(t *testing.T) {
 	s := newTestStore(t, 64<<20)
 	bs := int64(s.bs)
@@ -300,9 +303,9 @@ func TestLeadLeavesMetaReserve(t *testing.T) {
 	}
 }
 
-// TestLeadWindowKept: windows are evicted oldest first, and the
-// lead (the window for chunk 0, the one writeback is most likely still to
-// send) is a new file's oldest, so a few more out-of-order chunks drop it.
+// TestLeadWindowKept: the lead (the window for chunk 0, which writeback
+// is most likely still to send) is a new file's oldest window; more
+// out-of-order chunks than fit must give back the farthest window, not it.
 func TestLeadWindowKept(t *testing.T) {
 	s := newTestStore(t, 256<<20)
 	a := mustCreate(t, s, s.Root(), "a")

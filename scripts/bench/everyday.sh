@@ -97,6 +97,7 @@ FSES=${FSES:-streamfs xfs loopback}
 SFS_AGS=${SFS_AGS:-16}
 XFS_AGS=${XFS_AGS:-16}
 IMG_SIZE=${IMG_SIZE:-16G}
+WARM=${WARM:-1}
 SFS_OPTS=${SFS_OPTS:-}
 W1_JOBS=16
 W1_SIZE=${W1_SIZE:-256m}
@@ -478,7 +479,7 @@ phase_pg() {
 # (seen here: 350 MB/s into tmpfs, against 1.0-1.3 GB/s once touched), and
 # the images live on tmpfs: the first filesystem of the first phases would
 # pay for it. Touch IMG_SIZE of it once, outside every timing (WARM=0 skips).
-if [ "${WARM:-1}" != 0 ]; then
+if [ "$WARM" != 0 ]; then
 	log "touching $IMG_SIZE of tmpfs memory once (WARM=0 skips)"
 	dd if=/dev/zero of="$W/warm" bs=1M count=$(($(size_bytes "$IMG_SIZE") / 1048576)) status=none 2>/dev/null || true
 	rm -f "$W/warm"
