@@ -90,8 +90,11 @@ func (n *Node) Write(ctx context.Context, f gofs.FileHandle, data []byte, off in
 	// with no credentials: uid, gid and pid 0). The writer that dirtied
 	// the pages already had setuid/setgid dropped by a write-through
 	// WRITE (FUSE_WRITE_KILL_SUIDGID) that carries its own uid.
-	c, err := n.fs.Store.Write(n.in, data, off, meta.WriteOpts{KillSUID: uid != 0, Writeback: isWriteback(ctx)})
-	if err != nil && c == 0 {
+	wb := isWriteback(ctx)
+	c, err := n.fs.Store.Write(n.in, data, off, meta.WriteOpts{KillSUID: uid != 0, Writeback: wb})
+	// A short write(2) is reported as such (the next one gets the error);
+	// writeback looks only at the error, so it must get one.
+	if err != nil && (c == 0 || wb) {
 		return 0, errno(err)
 	}
 	if l := n.fs.Log; l != nil && l.Core().Enabled(zap.DebugLevel) {

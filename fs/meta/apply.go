@@ -373,6 +373,7 @@ type txn struct {
 	freed []alloc.Extent
 	err   error
 	hint  uint64 // an inode the transaction changes (journal stripe)
+	resv  uint64 // metadata blocks reserved for it (space.go)
 	// inline holds the records of a small operation (a create is an inode,
 	// an entry and the parent's inode): growing e.Buf from nothing took
 	// six allocations. journal.append copies the records out.
@@ -383,6 +384,7 @@ func (t *txn) add(start int) {
 	if t.err != nil {
 		return
 	}
+	defer t.failed()
 	t.err = format.DecodeRecords(t.e.Buf[start:], func(r *format.Record) error {
 		if t.hint == 0 {
 			t.hint = max(r.Ino, r.Inode.Ino, r.Parent)
@@ -418,6 +420,27 @@ func (t *txn) mapExt(ino uint64, x Extent) {
 		t.hint = ino
 	}
 	t.err = t.s.applyMap(ino, x, &t.freed)
+	t.failed()
+}
+
+// failed shuts the filesystem down the moment a record fails to apply: the
+// trees are then ahead of the journal, half-changed, and a checkpoint
+// waiting for opLock must find the shutdown when it gets it, before it
+// could write them.
+func (t *txn) failed() {
+	if t.err != nil {
+		t.s.shutdown(fmt.Errorf("applying metadata change: %w", t.err))
+	}
+}
+
+// end finishes an operation's transaction after commit (or instead of it,
+// when the operation changed nothing): opLock is released, and the
+// reservation, whose blocks the applied records have taken as far as they
+// needed them.
+func (t *txn) end() {
+	t.s.opLock.RUnlock()
+	t.s.unreserve(t.resv)
+	t.resv = 0
 }
 func (t *txn) punch(ino, lblk, n uint64) {
 	m := len(t.e.Buf)
@@ -434,8 +457,7 @@ func (t *txn) xattrDel(ino uint64, name string) { n := len(t.e.Buf); t.e.XattrDe
 // commit journals the records (opLock is held shared by the caller).
 func (t *txn) commit(extra ...alloc.Extent) error {
 	if t.err != nil {
-		t.s.shutdown(fmt.Errorf("applying metadata change: %w", t.err))
-		return syscall.EIO
+		return syscall.EIO // failed shut the filesystem down
 	}
 	if len(t.e.Buf) > 0 || len(extra) > 0 {
 		t.s.j.append(t.e.Buf, append(t.freed, extra...), t.hint)

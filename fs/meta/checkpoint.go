@@ -38,6 +38,13 @@ func (j *journal) checkpointLocked() error {
 		return ErrJournalFailed
 	}
 	s.opLock.Lock()
+	if j.failed.Load() {
+		// An operation that failed half-way shut the filesystem down
+		// while this checkpoint waited for opLock: the trees hold its
+		// partial changes, which must never reach the media.
+		s.opLock.Unlock()
+		return ErrJournalFailed
+	}
 	paused := time.Now()
 	frozen, roots, released, err := s.snapshotLocked()
 	s.nodeAllocs.Store(0)
@@ -106,6 +113,7 @@ func (s *Store) snapshotLocked() (frozen []*tree.Frozen, roots []uint64, release
 	for ag, t := range s.trees {
 		roots[ag], frozen[ag] = t.Freeze()
 	}
+	s.noteHeight()
 	s.log.Debug("checkpoint snapshot", zap.Duration("inodes", t1.Sub(t0)), zap.Duration("fold", t2.Sub(t1)),
 		zap.Duration("freeze", time.Since(t2)))
 	return frozen, roots, released, nil
@@ -325,19 +333,17 @@ func (s *Store) replay(h *format.CkptHeader, apply func(*format.Record) error) (
 // readCommit reads the commit with sequence seq at pos, or at 0 when it
 // wrapped. ok is false when neither place holds a valid commit.
 func (s *Store) readCommit(seq, pos uint64) (*format.JournalHeader, []byte, uint64, bool) {
-	for _, at := range []uint64{pos, 0} {
-		if at == 0 && pos == 0 && at != pos {
-			continue
-		}
+	places := []uint64{pos, 0}
+	if pos == 0 {
+		places = places[:1]
+	}
+	for _, at := range places {
 		hb := make([]byte, s.bs)
 		if err := s.dev.ReadAt(hb, int64((s.sb.JournalStart+at)*s.bs)); err != nil {
 			continue
 		}
 		h, err := format.DecodeJournalHeader(hb, s.sb.UUID, uint32(s.bs), s.sb.JournalBlocks)
 		if err != nil || h.Seq != seq || at+uint64(h.Blocks) > s.sb.JournalBlocks {
-			if at == 0 {
-				break
-			}
 			continue
 		}
 		payload := make([]byte, (uint64(h.Blocks)-1)*s.bs)
@@ -346,7 +352,11 @@ func (s *Store) readCommit(seq, pos uint64) (*format.JournalHeader, []byte, uint
 		}
 		payload = payload[:h.PayloadLen]
 		if format.Checksum(payload) != h.PayloadCRC {
-			return nil, nil, 0, false // torn commit: the end of the log
+			// A torn commit: the end of the log, unless the commit
+			// wrapped and this is a stale torn copy of its number
+			// (images written before sequence numbers were moved past
+			// a torn tail at mount).
+			continue
 		}
 		return h, payload, at, true
 	}

@@ -97,6 +97,15 @@ func (s *Store) Write(in *Inode, p []byte, off int64, o WriteOpts) (int, error) 
 		}
 		n, err = s.writeLocked(in, p, off)
 	}
+	if err != nil && o.Writeback {
+		// The kernel takes a writeback WRITE's error and ignores its
+		// count: the pages are marked clean either way. Every open file
+		// hears of the lost data at its next fsync (dataError already
+		// counted an EIO).
+		if !errors.Is(err, syscall.EIO) {
+			in.wbGen.Add(1)
+		}
+	}
 	if n > 0 {
 		s.opLock.RLock()
 		end := uint64(off) + uint64(n)
@@ -286,11 +295,11 @@ func (s *Store) writeLocked(in *Inode, p []byte, off int64) (int, error) {
 			segLo += int64(n)
 		}
 		if err != nil {
-			// Report the bytes that did land (and are mapped) as written.
-			if done := int(segLo - off); done > 0 {
-				return done, nil
-			}
-			return 0, err
+			// The bytes that did land (and are mapped) count as
+			// written, and the error goes with them: a caller that
+			// looks only at the error (page-cache writeback) must not
+			// take the rest as stored.
+			return int(segLo - off), err
 		}
 	}
 	return len(p), nil
@@ -365,11 +374,18 @@ func (s *Store) fillUnwritten(in *Inode, seg segment, data []byte, at int64) err
 	lo := uint64(at / bs)
 	hi := uint64((at + int64(len(data)) + bs - 1) / bs)
 	pblk := seg.ext.PBlk + (lo - seg.lblk)
+	// Writing into preallocated space never fails for room: the
+	// conversion's node blocks come from the pool.
+	resv, err := s.reserveMeta(opsMap, spacePool)
+	if err != nil {
+		return err
+	}
 	if err := s.writeBlocks(in, lo, hi-lo, pblk, data, at); err != nil {
+		s.unreserve(resv)
 		return s.dataError(in, err)
 	}
 	x := Extent{LBlk: lo, Len: hi - lo, PBlk: pblk, Stream: in.attr.Stream}
-	return s.mapLocked(in, x)
+	return s.mapLocked(in, x, resv)
 }
 
 // fillHole allocates blocks for a hole piece, writes them and maps them. It
@@ -380,8 +396,15 @@ func (s *Store) fillHole(in *Inode, seg segment, data []byte, at int64) (int, er
 	hi := uint64((at + int64(len(data)) + bs - 1) / bs)
 	done := 0
 	for lo < hi {
+		// The mapping's node blocks are reserved before the data's, so
+		// data never takes what its own mapping needs.
+		resv, err := s.reserveMeta(opsMap, spaceGrow)
+		if err != nil {
+			return done, err
+		}
 		x, err := s.allocLocked(in, lo, hi-lo, 0)
 		if err != nil {
+			s.unreserve(resv)
 			return done, err
 		}
 		chunkLo := max(int64(lo)*bs, at)
@@ -389,9 +412,10 @@ func (s *Store) fillHole(in *Inode, seg segment, data []byte, at int64) (int, er
 		if err := s.writeBlocks(in, lo, x.Len, x.PBlk, data[chunkLo-at:chunkHi-at], chunkLo); err != nil {
 			// The blocks were never mapped: they can go back at once.
 			_ = s.alloc.Free(x.PBlk, x.Len)
+			s.unreserve(resv)
 			return done, s.dataError(in, err)
 		}
-		if err := s.mapLocked(in, x); err != nil {
+		if err := s.mapLocked(in, x, resv); err != nil {
 			return done, err
 		}
 		done += int(chunkHi - chunkLo)
@@ -404,23 +428,24 @@ func (s *Store) fillHole(in *Inode, seg segment, data []byte, at int64) (int, er
 // file's previous extent when possible. On ENOSPC it commits the journal
 // (freed blocks become usable) and retries once, as ext4 and XFS do.
 func (s *Store) allocLocked(in *Inode, lblk, n uint64, flags uint32) (Extent, error) {
-	// Every new extent is metadata too.
-	if err := s.metaRoom(); err != nil {
-		return Extent{}, err
-	}
 	if flags == 0 {
 		if x, ok := s.takePreallocLocked(in, lblk, n); ok {
 			return x, nil
 		}
 	}
-	if s.alloc.FreeBlocks() < s.metaReserve+n {
-		s.dropPreallocLocked(in)
-		// The reserve keeps room for the metadata that maps data.
-		if serr := s.j.sync(); serr != nil || s.alloc.FreeBlocks() < s.metaReserve+n {
-			if s.alloc.FreeBlocks() <= s.metaReserve {
+	if s.room() < s.metaReserve+n {
+		// Before ENOSPC every file's speculative preallocation comes
+		// back, as XFS trims all EOF blocks, and the open transaction's
+		// frees are committed.
+		s.trimAllPrealloc()
+		// The reserve keeps room for the metadata and for operations
+		// that free space.
+		if serr := s.makeRoom(); serr != nil || s.room() < s.metaReserve+n {
+			if s.room() <= s.metaReserve {
+				s.logENOSPC()
 				return Extent{}, syscall.ENOSPC
 			}
-			n = s.alloc.FreeBlocks() - s.metaReserve
+			n = s.room() - s.metaReserve
 		}
 	}
 	req := alloc.Request{Ino: in.attr.Ino, Stream: in.attr.Stream, Len: n}
@@ -473,13 +498,15 @@ func (s *Store) allocLocked(in *Inode, lblk, n uint64, flags uint32) (Extent, er
 
 // mapLocked maps x in the file and journals it; blocks it replaces are
 // freed after the commit. The block count changed: the attributes are
-// journaled later with the size. in.mu is held.
-func (s *Store) mapLocked(in *Inode, x Extent) error {
+// journaled later with the size. resv is the mapping's reservation
+// (reserveMeta), given back here. in.mu is held.
+func (s *Store) mapLocked(in *Inode, x Extent, resv uint64) error {
 	tx := s.begin()
-	defer s.opLock.RUnlock()
+	tx.resv = resv
 	tx.mapExt(in.attr.Ino, x)
 	s.markDirtyLocked(in)
 	err := tx.commit()
+	tx.end()
 	// commit copied the records out and handed over freed: nothing refers
 	// to tx any more.
 	txnPool.Put(tx)
@@ -495,8 +522,31 @@ func (s *Store) punchLocked(in *Inode, lblk, n uint64) error {
 	if err != nil || len(exts) == 0 {
 		return err
 	}
-	tx := s.begin()
-	defer s.opLock.RUnlock()
+	if len(exts) > freeInline {
+		// Many extents: a few per transaction, from the end, so every
+		// step leaves the blocks in front of the range as they were.
+		for i := len(exts); i > 0; i -= freeInline {
+			from := exts[max(i-freeInline, 0)].LBlk
+			if i-freeInline <= 0 {
+				from = lblk
+			}
+			if err := s.punchRangeLocked(in, from, exts[i-1].End()-from, min(i, freeInline)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return s.punchRangeLocked(in, lblk, n, len(exts))
+}
+
+// punchRangeLocked punches file blocks [lblk, lblk+n), which hold k
+// extents, in one transaction. in.mu is held.
+func (s *Store) punchRangeLocked(in *Inode, lblk, n uint64, k int) error {
+	tx, err := s.beginOp(opsPunch+k*opsPerFree, spacePool)
+	if err != nil {
+		return err
+	}
+	defer tx.end()
 	tx.punch(in.attr.Ino, lblk, n)
 	s.markDirtyLocked(in)
 	return tx.commit()
@@ -584,22 +634,39 @@ func (s *Store) truncateLocked(in *Inode, size uint64) error {
 		return err
 	}
 	// The punch and the new size are journaled together: a crash must not
-	// leave the old size over blocks that are already gone.
+	// leave the old size over blocks that are already gone. With many
+	// extents to free the size goes first and the blocks past it follow,
+	// a few extents per transaction (as XFS truncates): blocks past EOF
+	// are harmless if a crash comes between.
 	keep := (size + bs - 1) / bs
 	last, hasLast, err := extentBefore(s.treeFor(in.attr.Ino), in.attr.Ino, ^uint64(0))
 	if err != nil {
 		return treeErr(err)
 	}
-	tx := s.begin()
-	defer s.opLock.RUnlock()
-	if size < old && hasLast && last.End() > keep {
+	cut := size < old && hasLast && last.End() > keep
+	k := 0
+	if cut {
+		if k, err = s.countExtents(in, keep, freeInline+1); err != nil {
+			return err
+		}
+	}
+	tx, err := s.beginOp(opsInode+opsPunch+min(k, freeInline)*opsPerFree, spacePool)
+	if err != nil {
+		return err
+	}
+	if cut && k <= freeInline {
 		tx.punch(in.attr.Ino, keep, last.End()-keep)
 	}
 	in.attr.Size = size
 	t := now()
 	in.attr.Mtime, in.attr.Ctime = t, t
 	tx.inode(&in.attr)
-	return tx.commit()
+	err = tx.commit()
+	tx.end()
+	if err == nil && cut && k > freeInline {
+		err = s.punchFromLocked(in, keep)
+	}
+	return err
 }
 
 // Fallocate modes (linux/falloc.h).
@@ -708,11 +775,16 @@ func (s *Store) preallocLocked(in *Inode, lo, hi uint64) error {
 			continue
 		}
 		for b := seg.lblk; b < seg.lblk+seg.n; {
-			x, err := s.allocLocked(in, b, seg.lblk+seg.n-b, format.ExtUnwritten)
+			resv, err := s.reserveMeta(opsMap, spaceGrow)
 			if err != nil {
 				return err
 			}
-			if err := s.mapLocked(in, x); err != nil {
+			x, err := s.allocLocked(in, b, seg.lblk+seg.n-b, format.ExtUnwritten)
+			if err != nil {
+				s.unreserve(resv)
+				return err
+			}
+			if err := s.mapLocked(in, x, resv); err != nil {
 				return err
 			}
 			b += x.Len

@@ -205,8 +205,15 @@ func TestFsckReportsDamagedStructures(t *testing.T) {
 	// the middle of a checkpoint leaves: fsck says so (a note, not an
 	// error) as long as the checkpoint in use and the journal hold
 	// everything, and the filesystem mounts.
+	// The slot not in use is the one a checkpoint was writing.
 	p := copyFile(t, img)
-	corruptAt(t, p, int64(sb.CkptStart+1)*bs+3, []byte{0xff})
+	pfd := openImage(t, p)
+	_, inUse, _, err := newStore(pfd, sb, testOpts(), true).readCheckpoint()
+	pfd.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	corruptAt(t, p, int64(sb.CkptStart+uint64(1-inUse)*sb.CkptBlocks+1)*bs+3, []byte{0xff})
 	rep := fsckRun(t, p, false)
 	if len(rep.Notes) == 0 || len(rep.Problems) != 0 {
 		t.Fatalf("checkpoint roots damaged: notes %v, problems %v; want a note only", rep.Notes, rep.Problems)

@@ -32,7 +32,12 @@ type Inode struct {
 	dirty bool          // attributes changed and not yet journaled
 	freed bool          // deleted; the node may still be referenced by FUSE
 	wbGen atomic.Uint64 // bumped on every failed data write (errseq); no lock
-	pre   []prealloc    // allocated, unmapped blocks for the next appends (prealloc.go)
+	// preMu (a leaf, inside mu) guards pre, the allocated, unmapped
+	// blocks for the next appends (prealloc.go): an allocation that
+	// runs out of space takes every file's windows back without their
+	// inode locks.
+	preMu sync.Mutex
+	pre   []prealloc
 	// noCaps: the inode is known to have no security.capability xattr,
 	// so a write skips the lookup (data.go killPrivLocked); cleared when
 	// that xattr is set (apply).

@@ -214,9 +214,6 @@ func (s *Store) Create(dir *Inode, name string, n NewInode) (*Inode, error) {
 	if len(n.Target) > format.MaxTargetLen {
 		return nil, syscall.ENAMETOOLONG
 	}
-	if err := s.metaRoom(); err != nil {
-		return nil, err
-	}
 	isDir := n.Mode&syscall.S_IFMT == syscall.S_IFDIR
 	dir.mu.Lock()
 	defer dir.mu.Unlock()
@@ -258,8 +255,11 @@ func (s *Store) Create(dir *Inode, name string, n NewInode) (*Inode, error) {
 	if isDir {
 		in.attr.Nlink = 2
 	}
-	tx := s.begin()
-	defer s.opLock.RUnlock()
+	tx, err := s.beginOp(2*opsInode+opsEntry+len(n.Target)/format.ChunkBytes+1, spaceGrow)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.end()
 	s.itab.put(in)
 	if isDir {
 		dir.attr.Nlink++
@@ -285,9 +285,6 @@ func (s *Store) Link(dir *Inode, name string, in *Inode) error {
 	if in.IsDir() {
 		return syscall.EPERM
 	}
-	if err := s.metaRoom(); err != nil {
-		return err
-	}
 	unlock := lockInodes(dir, in)
 	defer unlock()
 	if !dir.IsDir() || dir.freed || in.freed {
@@ -304,9 +301,12 @@ func (s *Store) Link(dir *Inode, name string, in *Inode) error {
 	} else if ok {
 		return syscall.EEXIST
 	}
+	tx, err := s.beginOp(2*opsInode+opsEntry, spaceGrow)
+	if err != nil {
+		return err
+	}
+	defer tx.end()
 	t := now()
-	tx := s.begin()
-	defer s.opLock.RUnlock()
 	in.attr.Nlink++
 	in.attr.Ctime = t
 	dir.attr.Mtime, dir.attr.Ctime = t, t
@@ -387,20 +387,33 @@ func (s *Store) Remove(dir *Inode, name string, rmdir bool) error {
 			return syscall.ENOTEMPTY
 		}
 	}
+	dropOps, big, err := s.dropLinkCost(child)
+	if err != nil {
+		return err
+	}
+	tx, err := s.beginOp(opsEntry+opsInode+dropOps, spacePool)
+	if err != nil {
+		return err
+	}
 	t := now()
-	tx := s.begin()
-	defer s.opLock.RUnlock()
 	dir.attr.Mtime, dir.attr.Ctime = t, t
 	tx.unlink(dir.attr.Ino, name)
-	s.dropLinkLocked(child, dir, t, tx)
+	orphan := s.dropLinkLocked(child, dir, t, tx, big)
 	tx.inode(&dir.attr)
-	return tx.commit()
+	err = tx.commit()
+	tx.end()
+	if err == nil && orphan {
+		s.freeLater(child)
+	}
+	return err
 }
 
 // dropLinkLocked removes one link of child (whose entry in dir is already
-// gone) and frees it when nothing references it any more. child and dir are
-// locked, opLock is held shared.
-func (s *Store) dropLinkLocked(child, dir *Inode, t int64, tx *txn) {
+// gone) and frees it when nothing references it any more — in tx unless
+// big (bigFreeLocked): then it only becomes an orphan, and the caller frees
+// it after the commit with freeLater. child and dir are locked, opLock is
+// held shared.
+func (s *Store) dropLinkLocked(child, dir *Inode, t int64, tx *txn, big bool) (orphan bool) {
 	if child.IsDir() {
 		child.attr.Nlink = 0
 		dir.attr.Nlink--
@@ -408,11 +421,139 @@ func (s *Store) dropLinkLocked(child, dir *Inode, t int64, tx *txn) {
 		child.attr.Nlink--
 	}
 	child.attr.Ctime = t
-	if child.attr.Nlink == 0 && child.opens == 0 {
+	if child.attr.Nlink == 0 && child.opens == 0 && !big {
 		s.freeInodeLocked(child, tx)
-		return
+		return false
 	}
 	tx.inode(&child.attr)
+	return child.attr.Nlink == 0 && child.opens == 0
+}
+
+// dropLinkCost is the size of dropLinkLocked's part of a transaction for
+// child, and whether child is too big to be freed within it. child.mu is
+// held.
+func (s *Store) dropLinkCost(child *Inode) (ops int, big bool, err error) {
+	if child.opens > 0 || (!child.IsDir() && child.attr.Nlink > 1) {
+		return opsInode, false, nil
+	}
+	ops, big, err = s.freeCost(child)
+	if big {
+		ops = opsInode
+	}
+	return ops, big, err
+}
+
+// freeInline is how many extents a file may have to be freed within the
+// operation that drops its last reference; a file with more is freed a few
+// extents at a time (punchFromLocked), as XFS frees a large file in a chain
+// of transactions after its unlink: each step finds room on a full device.
+const freeInline = 4
+
+// freeCost is the size of freeing in in one transaction: its keys are
+// neighbours (inode, extents, xattrs, symlink target), deleted as one
+// range, and each extent changes its AG's free-space records. big says in
+// has more than freeInline extents. in.mu is held.
+func (s *Store) freeCost(in *Inode) (ops int, big bool, err error) {
+	prefix := format.InoPrefix(in.attr.Ino)
+	bytes, exts := 0, 0
+	err = s.treeFor(in.attr.Ino).Ascend(prefix, func(k, v []byte) bool {
+		if len(k) < len(prefix) || string(k[:len(prefix)]) != string(prefix) {
+			return false
+		}
+		if k[len(prefix)] == format.KindExtent {
+			exts++
+		}
+		bytes += len(k) + len(v) + 4
+		return exts <= freeInline
+	})
+	if err != nil {
+		return 0, false, treeErr(err)
+	}
+	return 1 + s.valueOps(bytes) + exts*opsPerFree, exts > freeInline, nil
+}
+
+// countExtents counts in's extents that reach file block from or past it,
+// up to max.
+func (s *Store) countExtents(in *Inode, from uint64, max int) (int, error) {
+	n := 0
+	err := ascendExtentsLE(s.treeFor(in.attr.Ino), in.attr.Ino, from, func(e Extent) bool {
+		if e.End() > from {
+			n++
+		}
+		return n < max
+	})
+	return n, treeErr(err)
+}
+
+// punchFromLocked unmaps in's blocks from file block from on, a few extents
+// per transaction, each with its own reservation from the pool. Every step
+// is consistent on its own: the blocks are past EOF or the inode is an
+// orphan, which mount frees after a crash. in.mu is held, opLock is not.
+func (s *Store) punchFromLocked(in *Inode, from uint64) error {
+	for {
+		var last Extent
+		n := 0
+		err := ascendExtentsLE(s.treeFor(in.attr.Ino), in.attr.Ino, from, func(e Extent) bool {
+			if e.End() > from {
+				last = e
+				n++
+			}
+			return n < freeInline
+		})
+		if err != nil {
+			return treeErr(err)
+		}
+		if n == 0 {
+			return nil
+		}
+		tx, err := s.beginOp(opsPunch+n*opsPerFree, spacePool)
+		if err != nil {
+			return err
+		}
+		tx.punch(in.attr.Ino, from, last.End()-from)
+		err = tx.commit()
+		tx.end()
+		if err != nil {
+			return err
+		}
+		from = last.End()
+	}
+}
+
+// freeOrphanLocked frees in, which has no links and no open handles: its
+// extents first when it has many. in.mu is held, opLock is not.
+func (s *Store) freeOrphanLocked(in *Inode) error {
+	if in.freed {
+		return nil
+	}
+	ops, big, err := s.freeCost(in)
+	if err != nil {
+		return err
+	}
+	if big {
+		if err := s.punchFromLocked(in, 0); err != nil {
+			return err
+		}
+		if ops, _, err = s.freeCost(in); err != nil {
+			return err
+		}
+	}
+	tx, err := s.beginOp(ops, spacePool)
+	if err != nil {
+		return err
+	}
+	defer tx.end()
+	s.freeInodeLocked(in, tx)
+	return tx.commit()
+}
+
+// freeLater frees an orphan an operation left (its name is gone, durably
+// once committed): a failure only delays it to the next mount, which frees
+// orphans. in.mu is held.
+func (s *Store) freeLater(in *Inode) {
+	if err := s.freeOrphanLocked(in); err != nil {
+		s.log.Warn("freeing an unlinked file failed; the next mount frees it", zap.Uint64("ino", in.attr.Ino), zapErr(err))
+	}
 }
 
 // freeInodeLocked deletes in; its blocks are freed after the commit.
@@ -423,6 +564,7 @@ func (s *Store) freeInodeLocked(in *Inode, tx *txn) {
 		in.dirty = false
 		s.dirtyMu.Lock()
 		delete(s.dirty, in)
+		s.dirtyCount.Store(int64(len(s.dirty)))
 		s.dirtyMu.Unlock()
 	}
 }
@@ -448,10 +590,7 @@ func (s *Store) Release(in *Inode) {
 	if in.opens > 0 || in.attr.Nlink > 0 || in.freed || s.ReadOnly() {
 		return
 	}
-	tx := s.begin()
-	defer s.opLock.RUnlock()
-	s.freeInodeLocked(in, tx)
-	_ = tx.commit()
+	s.freeLater(in)
 }
 
 // isAncestor reports whether a is dir or one of its ancestors. renameMu held.
@@ -496,9 +635,6 @@ func (s *Store) Rename(oldDir *Inode, oldName string, newDir *Inode, newName str
 		return syscall.ENAMETOOLONG
 	}
 	if err := checkName(newName); err != nil {
-		return err
-	}
-	if err := s.metaRoom(); err != nil {
 		return err
 	}
 	// Directory moves between directories take renameMu so the ancestor
@@ -588,9 +724,20 @@ func (s *Store) renameLocked(oldDir *Inode, oldName string, newDir *Inode, newNa
 			}
 		}
 	}
+	big, dropOps := false, 0
+	if dst != nil && flags&RenameExchange == 0 {
+		var err error
+		if dropOps, big, err = s.dropLinkCost(dst); err != nil {
+			return err
+		}
+	}
+	// A rename lives within the space it frees: the pool's.
+	tx, err := s.beginOp(2*opsEntry+4*opsInode+dropOps, spacePool)
+	if err != nil {
+		return err
+	}
 	t := now()
-	tx := s.begin()
-	defer s.opLock.RUnlock()
+	orphan := false
 	move := func(in, from, to *Inode) {
 		if in.IsDir() && from != to {
 			from.attr.Nlink--
@@ -609,7 +756,7 @@ func (s *Store) renameLocked(oldDir *Inode, oldName string, newDir *Inode, newNa
 		tx.unlink(oldDir.attr.Ino, oldName)
 		tx.link(newDir.attr.Ino, src.attr.Ino, src.attr.Mode, newName)
 		if dst != nil {
-			s.dropLinkLocked(dst, newDir, t, tx)
+			orphan = s.dropLinkLocked(dst, newDir, t, tx, big)
 		}
 		move(src, oldDir, newDir)
 	}
@@ -620,7 +767,12 @@ func (s *Store) renameLocked(oldDir *Inode, oldName string, newDir *Inode, newNa
 	if newDir != oldDir {
 		tx.inode(&newDir.attr)
 	}
-	return tx.commit()
+	err = tx.commit()
+	tx.end()
+	if err == nil && orphan {
+		s.freeLater(dst)
+	}
+	return err
 }
 
 // SetAttr changes attributes. Fields left nil are unchanged.
@@ -653,9 +805,12 @@ func (s *Store) Setattr(in *Inode, a SetAttr) error {
 			return err
 		}
 	}
+	tx, err := s.beginOp(opsInode+opsXattr, spacePool)
+	if err != nil {
+		return err
+	}
+	defer tx.end()
 	t := now()
-	tx := s.begin()
-	defer s.opLock.RUnlock()
 	if a.Mode != nil {
 		in.attr.Mode = in.attr.Mode&syscall.S_IFMT | *a.Mode&0o7777
 	}
@@ -701,8 +856,11 @@ func (s *Store) SetStream(in *Inode, id uint32) error {
 	if in.freed {
 		return syscall.ENOENT
 	}
-	tx := s.begin()
-	defer s.opLock.RUnlock()
+	tx, err := s.beginOp(opsInode, spacePool)
+	if err != nil {
+		return err
+	}
+	defer tx.end()
 	in.attr.Stream = id
 	in.attr.StreamSrc = format.StreamSrcSet
 	if id == 0 {

@@ -11,7 +11,11 @@ package meta
 // extent never points at unwritten blocks), and the free-space tree does
 // not know about it, so a crash loses nothing and leaks nothing. It is
 // given back when a writer closes the file, on truncate and fallocate, and
-// on ENOSPC.
+// — every file's — before any allocation fails with ENOSPC.
+//
+// Locking: a window list changes under its inode's preMu, a leaf lock;
+// the callers below hold in.mu as well, except trimAllPrealloc, which must
+// not wait for other inodes' locks while its caller holds its own.
 
 // maxPrealloc caps one preallocation window (blocks are converted with the
 // block size); maxWindows bounds the windows an inode keeps when writes
@@ -34,7 +38,7 @@ type prealloc struct {
 func (s *Store) preallocSize(lblk, n uint64) uint64 {
 	w := max(n, lblk)
 	w = min(w, maxPreallocBytes/s.bs)
-	if free := s.alloc.FreeBlocks(); free > s.metaReserve {
+	if free := s.room(); free > s.metaReserve {
 		w = min(w, (free-s.metaReserve)/32)
 	} else {
 		w = 0
@@ -45,6 +49,8 @@ func (s *Store) preallocSize(lblk, n uint64) uint64 {
 // takePreallocLocked returns blocks for file blocks [lblk, lblk+up to n)
 // from in's windows, if one covers lblk. in.mu is held.
 func (s *Store) takePreallocLocked(in *Inode, lblk, n uint64) (Extent, bool) {
+	in.preMu.Lock()
+	defer in.preMu.Unlock()
 	for i, w := range in.pre {
 		if lblk < w.lblk || lblk >= w.lblk+w.n {
 			continue
@@ -57,9 +63,10 @@ func (s *Store) takePreallocLocked(in *Inode, lblk, n uint64) (Extent, bool) {
 		s.preBlocks.Add(-int64(w.n))
 		for _, p := range []prealloc{tail, head} {
 			if p.n > 0 {
-				s.keepPreallocLocked(in, p)
+				s.keepWindow(in, p)
 			}
 		}
+		s.noteWindows(in)
 		return x, true
 	}
 	return Extent{}, false
@@ -71,6 +78,14 @@ func (s *Store) takePreallocLocked(in *Inode, lblk, n uint64) (Extent, bool) {
 // farthest is speculation, and the next append's goal finds its blocks
 // again if no one took them meanwhile. in.mu is held.
 func (s *Store) keepPreallocLocked(in *Inode, p prealloc) {
+	in.preMu.Lock()
+	defer in.preMu.Unlock()
+	s.keepWindow(in, p)
+	s.noteWindows(in)
+}
+
+// keepWindow is keepPreallocLocked with in.preMu held.
+func (s *Store) keepWindow(in *Inode, p prealloc) {
 	if len(in.pre) >= maxWindows {
 		far, at := p, -1
 		for i, w := range in.pre {
@@ -100,9 +115,11 @@ const maxGapBytes = 16 << 20
 // above the metadata reserve after the extra blocks about to be taken
 // with it, and no window already serving part of it. in.mu is held.
 func (s *Store) holeWorthKeepingLocked(in *Inode, lblk, n, extra uint64) bool {
-	if n*s.bs > maxGapBytes || s.alloc.FreeBlocks() < s.metaReserve+extra+32*n {
+	if n*s.bs > maxGapBytes || s.room() < s.metaReserve+extra+32*n {
 		return false
 	}
+	in.preMu.Lock()
+	defer in.preMu.Unlock()
 	for _, w := range in.pre {
 		if w.lblk < lblk+n && lblk < w.lblk+w.n {
 			return false
@@ -126,12 +143,49 @@ func (s *Store) reserveGapLocked(in *Inode, lblk, pblk, n uint64) {
 
 // dropPreallocLocked gives in's windows back to the allocator. in.mu is held.
 func (s *Store) dropPreallocLocked(in *Inode) {
+	in.preMu.Lock()
+	defer in.preMu.Unlock()
+	s.dropWindows(in)
+}
+
+// dropWindows gives in's windows back. in.preMu is held.
+func (s *Store) dropWindows(in *Inode) uint64 {
+	var n uint64
 	for _, w := range in.pre {
 		// The blocks were never mapped or recorded: they go back at once.
 		s.preBlocks.Add(-int64(w.n))
 		_ = s.alloc.Free(w.pblk, w.n)
+		n += w.n
 	}
 	in.pre = nil
+	s.noteWindows(in)
+	return n
+}
+
+// noteWindows keeps the set of inodes with windows (preOwners) right after
+// in's changed. in.preMu is held.
+func (s *Store) noteWindows(in *Inode) {
+	if len(in.pre) > 0 {
+		if _, ok := s.preOwners.Load(in); !ok {
+			s.preOwners.Store(in, struct{}{})
+		}
+		return
+	}
+	s.preOwners.Delete(in)
+}
+
+// trimAllPrealloc gives every file's windows back (an allocation found no
+// room) and returns how many blocks came back.
+func (s *Store) trimAllPrealloc() uint64 {
+	var n uint64
+	s.preOwners.Range(func(k, _ any) bool {
+		in := k.(*Inode)
+		in.preMu.Lock()
+		n += s.dropWindows(in)
+		in.preMu.Unlock()
+		return true
+	})
+	return n
 }
 
 // TrimPrealloc gives back in's preallocation (a writer closed the file).
@@ -143,8 +197,8 @@ func (s *Store) TrimPrealloc(in *Inode) {
 
 // PreallocBlocks returns how many blocks in holds in preallocation windows.
 func (s *Store) PreallocBlocks(in *Inode) uint64 {
-	in.mu.RLock()
-	defer in.mu.RUnlock()
+	in.preMu.Lock()
+	defer in.preMu.Unlock()
 	var n uint64
 	for _, w := range in.pre {
 		n += w.n
@@ -163,7 +217,7 @@ const minWritebackRoom = 512 << 20
 // write(2) gets ENOSPC, as CephFS switches to synchronous writes when its
 // cluster is nearly full.
 func (s *Store) RoomForWriteback() bool {
-	free := s.alloc.FreeBlocks()
+	free := s.room()
 	if free <= s.metaReserve {
 		return false
 	}

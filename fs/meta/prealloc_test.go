@@ -293,7 +293,9 @@ func TestLeadLeavesMetaReserve(t *testing.T) {
 		t.Fatalf("room %d", x)
 	}
 	b := mustCreate(t, s, s.Root(), "b")
-	n := x - 2 // fits above the reserve on its own
+	// Fits above the reserve on its own, with the metadata reservations
+	// of its mappings and of its inode's attributes.
+	n := x - 2 - int64(2*(opsMap+opsInode)*s.opCost())
 	mustWrite(t, s, b, make([]byte, n*bs), lead*bs)
 	held := int64(s.PreallocBlocks(b))
 	t.Logf("room before %d blocks; wrote %d, windows hold %d, room now %d", x, n, held, room())

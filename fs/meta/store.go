@@ -82,6 +82,12 @@ type Store struct {
 	kick       chan struct{}
 
 	preBlocks atomic.Int64 // blocks held in preallocation windows (prealloc.go)
+	preOwners sync.Map     // *Inode → struct{}: inodes holding windows (ENOSPC takes them all back)
+
+	// Metadata space reservations (space.go).
+	metaHeld   atomic.Int64  // node blocks reserved by operations in flight
+	dirtyCount atomic.Int64  // len(dirty): each dirty inode holds a reservation too
+	treeHeight atomic.Uint64 // tallest tree at mount or the last checkpoint
 
 	ckptDamage error                // a damaged checkpoint slot found at mount
 	ckptTorn   []*format.CkptHeader // its header, when only its roots fail
@@ -254,8 +260,12 @@ func Open(dev backend.Device, opts Options) (*Store, error) {
 		s.closeCaches()
 		return nil, err
 	}
-	if !ro && (commits > 0 || backup) {
+	if !ro {
 		// The replayed state goes into a checkpoint before anything new.
+		// Even with nothing replayed: the checkpoint moves the journal past
+		// the sequence number replay stopped at, whose torn copy may be on
+		// the media; a new commit under that number could be mistaken
+		// for it (or it for the new commit) by the next replay.
 		if err := s.checkpoint(); err != nil {
 			s.closeCaches()
 			return nil, fmt.Errorf("writing checkpoint after recovery: %w", err)
@@ -339,6 +349,7 @@ func (s *Store) load(recover bool) (h *format.CkptHeader, commits, records int, 
 	if err := s.openTrees(roots); err != nil {
 		return nil, 0, 0, err
 	}
+	s.noteHeight()
 	if err := s.loadAGs(); err != nil {
 		return nil, 0, 0, err
 	}
@@ -473,10 +484,27 @@ func (s *Store) reclaimOrphans() (int, error) {
 		return 0, nil
 	}
 	for _, ino := range orphans {
-		tx := s.begin()
-		tx.free(ino)
-		err := tx.commit()
-		s.opLock.RUnlock()
+		in, err := s.loadInode(ino)
+		if err != nil {
+			return 0, err
+		}
+		if in == nil {
+			// Only the orphan entry is left: RecFree removes it.
+			tx, err := s.beginOp(opsInode, spacePool)
+			if err != nil {
+				return 0, err
+			}
+			tx.free(ino)
+			err = tx.commit()
+			tx.end()
+			if err != nil {
+				return 0, err
+			}
+			continue
+		}
+		in.mu.Lock()
+		err = s.freeOrphanLocked(in)
+		in.mu.Unlock()
 		if err != nil {
 			return 0, err
 		}
@@ -492,6 +520,19 @@ func (s *Store) begin() *txn {
 	*t = txn{s: s}
 	t.e.Buf = t.inline[:0]
 	return t
+}
+
+// beginOp reserves the metadata blocks of ops tree changes of class c
+// (space.go), then begins. The caller must not hold opLock; it ends the
+// transaction with txn.end, which releases both.
+func (s *Store) beginOp(ops int, c spaceClass) (*txn, error) {
+	n, err := s.reserveMeta(ops, c)
+	if err != nil {
+		return nil, err
+	}
+	t := s.begin()
+	t.resv = n
+	return t, nil
 }
 
 // txnPool recycles transactions of the write path (mapLocked), the one
@@ -513,7 +554,7 @@ func (s *Store) dirtyLimit() int64 { return min(s.opts.CacheBytes/4, 32<<20) }
 // kickCheckpoint asks the committer for a checkpoint when enough tree nodes
 // changed; it never blocks.
 func (s *Store) kickCheckpoint() {
-	if s.needCheckpoint() {
+	if s.needCheckpoint() || s.lowRoom() {
 		select {
 		case s.kick <- struct{}{}:
 		default:
@@ -548,7 +589,10 @@ func (s *Store) committer() {
 				_ = s.checkpoint()
 			}
 		case <-s.kick:
-			if s.needCheckpoint() {
+			if s.lowRoom() {
+				s.logAllDirty(true)
+			}
+			if s.needCheckpoint() || s.lowRoom() {
 				_ = s.checkpoint()
 			}
 		}
@@ -560,6 +604,13 @@ func (s *Store) SyncAll() error {
 	if s.readOnly {
 		return nil
 	}
+	s.logAllDirty(false)
+	return s.j.sync()
+}
+
+// logAllDirty journals every dirty inode; with try, only those whose lock
+// is free (the caller may hold inode locks).
+func (s *Store) logAllDirty(try bool) {
 	s.dirtyMu.Lock()
 	var ins []*Inode
 	for in := range s.dirty {
@@ -567,11 +618,16 @@ func (s *Store) SyncAll() error {
 	}
 	s.dirtyMu.Unlock()
 	for _, in := range ins {
-		in.mu.Lock()
+		if try {
+			if !in.mu.TryLock() {
+				continue
+			}
+		} else {
+			in.mu.Lock()
+		}
 		s.logDirtyLocked(in)
 		in.mu.Unlock()
 	}
-	return s.j.sync()
 }
 
 // Close flushes everything and writes a final checkpoint (nothing is left
@@ -650,29 +706,6 @@ func (s *Store) Shutdown(flags uint32) error {
 	return nil
 }
 
-// metaRoom refuses growth of the metadata (ENOSPC) once free space is down
-// to the reserve that keeps the trees writable.
-func (s *Store) metaRoom() error {
-	if s.alloc.FreeBlocks() > s.metaReserve/2 {
-		return nil
-	}
-	_ = s.j.sync() // blocks freed by the open transaction come back
-	if s.alloc.FreeBlocks() > s.metaReserve/2 {
-		return nil
-	}
-	s.logENOSPC()
-	return syscall.ENOSPC
-}
-
-// logENOSPC says, at most every 10 s, that the filesystem is full.
-func (s *Store) logENOSPC() {
-	nowS := time.Now().Unix()
-	if last := s.enospcLog.Load(); nowS-last >= 10 && s.enospcLog.CompareAndSwap(last, nowS) {
-		s.log.Warn("filesystem full: ENOSPC", zap.Uint64("free_blocks", s.alloc.FreeBlocks()),
-			zap.Uint64("metadata_reserve_blocks", s.metaReserve))
-	}
-}
-
 // writable returns EROFS once the filesystem went read-only.
 func (s *Store) writable() error {
 	if s.readOnly || s.remountRO.Load() {
@@ -706,6 +739,7 @@ func (s *Store) markDirtyLocked(in *Inode) {
 	in.dirty = true
 	s.dirtyMu.Lock()
 	s.dirty[in] = struct{}{}
+	s.dirtyCount.Store(int64(len(s.dirty)))
 	s.dirtyMu.Unlock()
 }
 
@@ -721,6 +755,7 @@ func (s *Store) logDirtyLocked(in *Inode) {
 	s.dirtyMu.Lock()
 	if !in.dirty {
 		delete(s.dirty, in)
+		s.dirtyCount.Store(int64(len(s.dirty)))
 	}
 	s.dirtyMu.Unlock()
 	s.opLock.RUnlock()
@@ -737,5 +772,6 @@ func (s *Store) clearDirty() []*Inode {
 		cleared = append(cleared, in)
 	}
 	s.dirty = make(map[*Inode]struct{})
+	s.dirtyCount.Store(0)
 	return cleared
 }

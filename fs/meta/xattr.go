@@ -97,9 +97,6 @@ func (s *Store) Setxattr(in *Inode, name string, value []byte, flags uint32) err
 	if len(value) > format.MaxXattrValue {
 		return syscall.E2BIG
 	}
-	if err := s.metaRoom(); err != nil {
-		return err
-	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if in.freed {
@@ -125,8 +122,11 @@ func (s *Store) Setxattr(in *Inode, name string, value []byte, flags uint32) err
 	if total+len(name)+len(value) > maxXattrTotal {
 		return syscall.ENOSPC
 	}
-	tx := s.begin()
-	defer s.opLock.RUnlock()
+	tx, err := s.beginOp(opsInode+s.valueOps(len(old))+s.valueOps(len(value)), spaceGrow)
+	if err != nil {
+		return err
+	}
+	defer tx.end()
 	in.attr.Ctime = now()
 	tx.xattr(in.attr.Ino, name, value)
 	tx.inode(&in.attr)
@@ -148,13 +148,17 @@ func (s *Store) Removexattr(in *Inode, name string) error {
 		// a record for it after its RecFree would break replay.
 		return syscall.ENOENT
 	}
-	if _, ok, err := s.getXattr(in, name); err != nil {
+	old, ok, err := s.getXattr(in, name)
+	if err != nil {
 		return err
 	} else if !ok {
 		return syscall.ENODATA
 	}
-	tx := s.begin()
-	defer s.opLock.RUnlock()
+	tx, err := s.beginOp(opsInode+s.valueOps(len(old)), spacePool)
+	if err != nil {
+		return err
+	}
+	defer tx.end()
 	in.attr.Ctime = now()
 	tx.xattrDel(in.attr.Ino, name)
 	tx.inode(&in.attr)
@@ -191,7 +195,7 @@ func (s *Store) Statfs() Statfs {
 	// Inodes take tree space like everything else (about 256 bytes each
 	// with their keys), so free space bounds them, as on XFS.
 	// Preallocation windows are speculative: they are free space lent out.
-	free := s.alloc.FreeBlocks() + pending + uint64(max(s.preBlocks.Load(), 0))
+	free := s.room() + pending + uint64(max(s.preBlocks.Load(), 0))
 	avail := free - min(free, s.metaReserve)
 	ff := free * (s.bs / 256)
 	return Statfs{

@@ -849,3 +849,18 @@ func (t *Tree) Written() {
 	clear(t.inflight)
 	clear(t.images)
 }
+
+// Height is the number of levels (0 for an empty tree, 1 for a lone leaf):
+// the bound a caller needs for how many nodes one Put or Delete may copy.
+func (t *Tree) Height() (int, error) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.root == 0 {
+		return 0, nil
+	}
+	r, err := t.load(t.root, -1)
+	if err != nil {
+		return 0, err
+	}
+	return r.level + 1, nil
+}
