@@ -195,7 +195,10 @@ func (s *Store) Statfs() Statfs {
 	// Inodes take tree space like everything else (about 256 bytes each
 	// with their keys), so free space bounds them, as on XFS.
 	// Preallocation windows are speculative: they are free space lent out.
-	free := s.room() + pending + uint64(max(s.preBlocks.Load(), 0))
+	// Dirty inodes' reservations are not subtracted: journaling them takes
+	// a few blocks (neighbours share a leaf), their worst case is far more.
+	free := s.alloc.FreeBlocks() + pending + uint64(max(s.preBlocks.Load(), 0))
+	free -= min(free, uint64(max(s.metaHeld.Load(), 0)))
 	avail := free - min(free, s.metaReserve)
 	ff := free * (s.bs / 256)
 	return Statfs{
