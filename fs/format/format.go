@@ -23,7 +23,7 @@
 //
 //	off size field
 //	  0    8 magic "STRMFS\x00\x01"
-//	  8    4 version (1)
+//	  8    4 version (Version; a newer one is refused: ErrNewerFormat)
 //	 12    4 compat features (unknown bits: ignored)
 //	 16    4 ro-compat features (unknown bits: mount read-only only)
 //	 20    4 incompat features (unknown bits: refuse to mount)
@@ -58,8 +58,10 @@
 //	 44    16 filesystem uuid (a checkpoint of another filesystem is foreign)
 //	 60    4 crc32c of bytes 0..59
 //
-// The payload is the whole metadata state (see state.go in package meta) as
-// a sequence of records, the same record encoding the journal uses (record.go).
+// The payload is the root block of every AG's metadata tree: AGCount
+// little-endian u64s (0: empty tree). The trees themselves (keys.go, the node
+// format in package meta/tree) are written to fresh blocks before the header
+// that points at them.
 //
 // # Journal
 //
@@ -77,9 +79,12 @@
 //	 28    16 filesystem uuid
 //	 44    4 crc32c of bytes 0..43
 //
-// Replay stops at the first commit whose header or payload does not verify:
-// that is a torn or never-written commit, and everything after it is lost by
-// design (it was never acknowledged by fsync).
+// Replay stops at the first commit whose header or payload does not verify
+// at either place: that is a torn or never-written commit, and everything
+// after it is lost by design (it was never acknowledged by fsync). A
+// sequence number is never written twice: a read-write mount first writes
+// a checkpoint whose journal sequence is past the one replay stopped at, so
+// a torn copy left on the media can never be mistaken for a later commit.
 package format
 
 import (

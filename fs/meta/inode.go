@@ -20,7 +20,7 @@ const RootIno = 1
 // xattrs stay in the tree and its node cache.
 //
 // Lock order (see Store): Store.renameMu → Inode.mu (several: ascending
-// inode number) → Store.opLock (shared) → journal.mu. Allocator AG locks
+// inode number) → Store.opLock (shared) → a journal stripe lock. Allocator AG locks
 // and tree locks may be taken while holding Inode.mu; nothing in alloc or
 // the trees calls back here.
 type Inode struct {

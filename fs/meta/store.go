@@ -11,9 +11,10 @@
 //	Store.renameMu          cross-directory renames of directories
 //	Inode.mu                several at once in ascending inode number
 //	Store.opLock (shared)   every change to the trees (apply) and the journal
-//	journal.mu              appending to the open transaction
+//	stripe.mu               appending to the open transaction (journal.go)
 //	tree locks (one per AG tree, one tree at a time), inodeTable shard
-//	locks, Store.dirtyMu, Store.nodeMu, agState.mu, allocator AG locks (leaves)
+//	locks, Store.dirtyMu, Store.nodeMu, agState.mu, Inode.preMu,
+//	allocator AG locks (leaves)
 //
 // journal.commitMu is taken with no opLock held; a checkpoint takes opLock
 // exclusively under commitMu to snapshot the trees. Two paths take

@@ -41,8 +41,12 @@
 // parent, made dirty first the same way, at the copy. Dirty nodes live in a
 // per-tree map and are changed in place until the next Snapshot encodes them.
 // Clean nodes are read on demand and kept in the shared, byte-bounded Cache.
-// Allocation happens before any node changes, so an Alloc failure leaves the
-// tree exactly as it was.
+// Within one Put or Delete, allocation happens before any node changes, so an
+// Alloc failure leaves the tree exactly as that call found it. A sequence of
+// calls (Update) has no rollback: a failure in its middle keeps the calls
+// before it. Callers that need a sequence all-or-nothing reserve its blocks
+// first (Tx.Reserve, or a count of free blocks they guarantee, as package
+// meta's space reservations do).
 //
 // # Checkpoints
 //
