@@ -460,7 +460,7 @@ func (t *txn) commit(extra ...alloc.Extent) error {
 		return syscall.EIO // failed shut the filesystem down
 	}
 	if len(t.e.Buf) > 0 || len(extra) > 0 {
-		t.s.j.append(t.e.Buf, append(t.freed, extra...), t.hint)
+		t.s.j.Append(t.e.Buf, append(t.freed, extra...), t.hint)
 	}
 	t.s.kickCheckpoint()
 	return nil

@@ -472,7 +472,7 @@ func (s *Store) allocLocked(in *Inode, lblk, n uint64, flags uint32) (Extent, er
 	}
 	e, err := s.alloc.Alloc(req)
 	if errors.Is(err, alloc.ErrNoSpace) {
-		if serr := s.j.sync(); serr == nil {
+		if serr := s.j.Sync(); serr == nil {
 			e, err = s.alloc.Alloc(req)
 		}
 	}

@@ -124,11 +124,11 @@ func Fsck(dev backend.Device, opts FsckOptions) (*FsckReport, error) {
 		return rep, nil
 	}
 	rep.Checkpoint, rep.ReplayedCommits = h.Seq, commits
-	if s.ckptDamage != nil {
-		if s.checkpointInterrupted(h) {
-			f.rep.Notes = append(f.rep.Notes, fmt.Sprintf("a checkpoint was interrupted (%v); the checkpoint in use and the journal hold everything, and the next checkpoint rewrites the slot", s.ckptDamage))
+	if s.found != nil && s.found.Damage != nil {
+		if s.j.Interrupted(s.found) {
+			f.rep.Notes = append(f.rep.Notes, fmt.Sprintf("a checkpoint was interrupted (%v); the checkpoint in use and the journal hold everything, and the next checkpoint rewrites the slot", s.found.Damage))
 		} else {
-			f.problem(false, "%v", s.ckptDamage)
+			f.problem(false, "%v", s.found.Damage)
 		}
 	}
 	f.checkTrees()
@@ -143,7 +143,7 @@ func Fsck(dev backend.Device, opts FsckOptions) (*FsckReport, error) {
 	if badCommit {
 		// The commits after the bad one are still in the journal: start the
 		// sequence far beyond them so replay never reaches any of them.
-		s.j.openTx.Add(1 << 32)
+		s.j.SkipSeq(1 << 32)
 		f.fixes++
 	}
 	if f.fixes > 0 {

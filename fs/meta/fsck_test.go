@@ -11,6 +11,7 @@ import (
 	"github.com/streamfs/streamfs/backend"
 	"github.com/streamfs/streamfs/backend/faulty"
 	"github.com/streamfs/streamfs/fs/format"
+	"github.com/streamfs/streamfs/fs/meta/wal"
 )
 
 // fsckImage makes a populated filesystem (directories, files with data,
@@ -208,12 +209,12 @@ func TestFsckReportsDamagedStructures(t *testing.T) {
 	// The slot not in use is the one a checkpoint was writing.
 	p := copyFile(t, img)
 	pfd := openImage(t, p)
-	_, inUse, _, err := newStore(pfd, sb, testOpts(), true).readCheckpoint()
+	found, err := wal.ReadCheckpoint(pfd, wal.GeometryOf(sb))
 	pfd.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
-	corruptAt(t, p, int64(sb.CkptStart+uint64(1-inUse)*sb.CkptBlocks+1)*bs+3, []byte{0xff})
+	corruptAt(t, p, int64(sb.CkptStart+uint64(1-found.Slot)*sb.CkptBlocks+1)*bs+3, []byte{0xff})
 	rep := fsckRun(t, p, false)
 	if len(rep.Notes) == 0 || len(rep.Problems) != 0 {
 		t.Fatalf("checkpoint roots damaged: notes %v, problems %v; want a note only", rep.Notes, rep.Problems)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/streamfs/streamfs/alloc"
 	"github.com/streamfs/streamfs/fs/format"
-	"github.com/streamfs/streamfs/fs/meta/tree"
+	"github.com/streamfs/streamfs/fs/meta/wal"
 )
 
 // rawCheckpoint writes the trees exactly as they are, without the AG
@@ -17,27 +17,23 @@ import (
 // header or rotor as the test left it.
 func rawCheckpoint(t *testing.T, s *Store) {
 	t.Helper()
-	s.j.commitMu.Lock()
-	defer s.j.commitMu.Unlock()
-	s.opLock.Lock()
-	if _, err := s.foldNodeSpace(); err != nil {
+	err := s.j.CheckpointVia(func(closeTx func()) (wal.Frozen, error) {
+		s.opLock.Lock()
+		defer s.opLock.Unlock()
+		if _, err := s.foldNodeSpace(); err != nil {
+			return wal.Frozen{}, err
+		}
+		f := wal.Frozen{Roots: make([]uint64, len(s.trees))}
+		for ag, tr := range s.trees {
+			r, fr := tr.Freeze()
+			f.Roots[ag] = r
+			f.Nodes = append(f.Nodes, fr)
+		}
+		closeTx()
+		return f, nil
+	})
+	if err != nil {
 		t.Fatal(err)
-	}
-	roots := make([]uint64, len(s.trees))
-	var writes []tree.BlockWrite
-	for ag, tr := range s.trees {
-		r, fr := tr.Freeze()
-		roots[ag] = r
-		writes = append(writes, fr.Encode()...)
-	}
-	s.j.detach(true, false)
-	seq := s.j.openTx.Load()
-	s.opLock.Unlock()
-	if err := s.j.writeCheckpoint(writes, roots, seq); err != nil {
-		t.Fatal(err)
-	}
-	for _, tr := range s.trees {
-		tr.Written()
 	}
 	if err := s.Shutdown(ShutdownNoLogFlush); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/streamfs/streamfs/fs/format"
 	"github.com/streamfs/streamfs/fs/meta/tree"
+	"github.com/streamfs/streamfs/fs/meta/wal"
 )
 
 // salvageTrees rebuilds, with -y, every AG tree whose structure is damaged
@@ -122,11 +123,12 @@ func (sv *salvaged) build(s *Store) error {
 // journal after them. It returns the checkpoint and the commits skipped.
 func (f *fsck) loadDamaged(loadErr error) (*format.CkptHeader, int, error) {
 	s := f.s
-	h, slot, roots, err := s.readCheckpoint()
+	found, err := wal.ReadCheckpoint(s.dev, wal.GeometryOf(s.sb))
 	if err != nil {
 		return nil, 0, err
 	}
-	s.j.ckptSeq, s.j.ckptSlot = h.Seq, slot
+	h, roots := found.Header, found.Roots
+	s.j.Start(h.Seq, found.Slot, h.JournalSeq, h.JournalPos)
 	if s.cache, err = tree.NewCache(s.opts.CacheBytes); err != nil {
 		return nil, 0, fmt.Errorf("tree cache: %w", err)
 	}
@@ -145,7 +147,7 @@ func (f *fsck) loadDamaged(loadErr error) (*format.CkptHeader, int, error) {
 	if err := s.loadAGs(); err != nil {
 		return nil, 0, err
 	}
-	commits, _, err := s.replay(h, func(*format.Record) error { return nil })
+	commits, _, err := s.j.Replay(h, func(*format.Record) error { return nil }, s.badCommit)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -107,8 +107,6 @@ func initTrees(dev backend.Device, sb *format.Super) error {
 		return err
 	}
 	s.rotor.Store(1 % sb.AGCount)
-	s.j.ckptSlot = 1 // the first checkpoint: sequence 1 in slot 0
-	s.j.openTx.Store(1)
-	s.j.committed.Store(1)
+	s.j.Start(0, 1, 1, 0) // the first checkpoint: sequence 1 in slot 0
 	return s.checkpoint()
 }

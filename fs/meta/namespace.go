@@ -884,8 +884,8 @@ func (s *Store) Fsync(in *Inode) error {
 	if s.readOnly {
 		return nil
 	}
-	if s.j.failed.Load() {
+	if s.j.Failed() {
 		return syscall.EIO
 	}
-	return s.j.sync()
+	return s.j.Sync()
 }

@@ -62,7 +62,7 @@ func (s *Store) SetReadOnly(ro bool) error {
 		s.remountRO.Store(false)
 		return nil
 	}
-	if s.j.failed.Load() {
+	if s.j.Failed() {
 		s.remountRO.Store(true)
 		return nil
 	}

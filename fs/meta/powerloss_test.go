@@ -568,7 +568,7 @@ func (r *plRun) stepOp() bool {
 	if r.dev.didCut() {
 		return false
 	}
-	if err != nil && s.j.failed.Load() {
+	if err != nil && s.j.Failed() {
 		// An injected flush failure shut the filesystem down: the round
 		// ends as a crash would.
 		r.shutdown = true

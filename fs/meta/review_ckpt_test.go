@@ -65,7 +65,7 @@ func TestReviewCheckpointAfterShutdown(t *testing.T) {
 		<-release
 		return true // EIO reading AG's free-space node inside applyMap
 	})
-	before, seq0 := fd.Stats().Writes, s.j.ckptSeq
+	before, seq0 := fd.Stats().Writes, s.j.CheckpointSeq()
 	armed.Store(true)
 	wdone := make(chan struct{})
 	var werr error
@@ -86,7 +86,7 @@ func TestReviewCheckpointAfterShutdown(t *testing.T) {
 	after := fd.Stats().Writes
 	t.Logf("write: %v", werr)
 	t.Logf("shut down: %v; checkpoint that began before the shutdown returned %v; checkpoint seq %d -> %d; device writes since arming: %d (1 is the data write)",
-		s.j.failed.Load(), cerr, seq0, s.j.ckptSeq, after-before)
+		s.j.Failed(), cerr, seq0, s.j.CheckpointSeq(), after-before)
 	s.Close()
 
 	rep, err := Fsck(fd, FsckOptions{})

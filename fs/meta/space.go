@@ -146,7 +146,7 @@ func (s *Store) reserveMeta(ops int, c spaceClass) (uint64, error) {
 			return 0, syscall.ENOSPC
 		}
 		if err != nil {
-			if s.j.failed.Load() {
+			if s.j.Failed() {
 				return 0, syscall.EIO
 			}
 			return 0, err
@@ -160,7 +160,7 @@ func (s *Store) reserveMeta(ops int, c spaceClass) (uint64, error) {
 // transaction come back). The caller may hold inode locks.
 func (s *Store) makeRoom() error {
 	s.logAllDirty(true)
-	return s.j.sync()
+	return s.j.Sync()
 }
 
 // unreserve gives back a reservation.

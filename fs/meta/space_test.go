@@ -92,7 +92,7 @@ func TestFullDeviceOperations(t *testing.T) {
 	must := func(what string, i int, err error) {
 		t.Helper()
 		if err != nil {
-			t.Fatalf("%s of file %d on a full device: %v (shut down: %v, free %d)", what, i, err, s.j.failed.Load(), s.alloc.FreeBlocks())
+			t.Fatalf("%s of file %d on a full device: %v (shut down: %v, free %d)", what, i, err, s.j.Failed(), s.alloc.FreeBlocks())
 		}
 	}
 	mode, ts := uint32(0o600), int64(12345)
@@ -113,7 +113,7 @@ func TestFullDeviceOperations(t *testing.T) {
 	must("unlink of a fragmented file", 1, s.Remove(s.Root(), "fb", false))
 	must("rmdir", 0, s.Remove(s.Root(), "d", true))
 	must("unlink of the big file", 0, s.Remove(s.Root(), "big", false))
-	if s.j.failed.Load() {
+	if s.j.Failed() {
 		t.Fatal("the filesystem shut down")
 	}
 	if err := s.Close(); err != nil {

@@ -1,26 +1,29 @@
 // Package meta is the filesystem core below FUSE: inodes, directories,
 // extent maps and file data I/O. The metadata lives in one copy-on-write
 // B+tree per AG on the device (trees.go, package tree), read on demand
-// through a bounded node cache; a write-ahead journal makes changes durable
-// at fsync and checkpoints write only the tree nodes that changed (the
-// on-disk format is package format). The FUSE layer (package fs)
-// translates requests into calls here.
+// through a bounded node cache; a write-ahead journal (package wal) makes
+// changes durable at fsync and checkpoints write only the tree nodes that
+// changed (the on-disk format is package format). Every operation reserves
+// the tree blocks it may need before it changes anything (space.go). The
+// FUSE layer (package fs) translates requests into calls here.
 //
 // Lock order, outermost first:
 //
 //	Store.renameMu          cross-directory renames of directories
 //	Inode.mu                several at once in ascending inode number
 //	Store.opLock (shared)   every change to the trees (apply) and the journal
-//	stripe.mu               appending to the open transaction (journal.go)
+//	wal stripe locks        appending to the open transaction (wal.Log.Append)
 //	tree locks (one per AG tree, one tree at a time), inodeTable shard
 //	locks, Store.dirtyMu, Store.nodeMu, agState.mu, Inode.preMu,
 //	allocator AG locks (leaves)
 //
-// journal.commitMu is taken with no opLock held; a checkpoint takes opLock
-// exclusively under commitMu to snapshot the trees. Two paths take
-// commitMu while holding an inode lock — the ENOSPC commit-and-retry and
-// fsync — which is safe because nothing that holds commitMu or opLock
-// exclusively ever waits for an inode lock.
+// The log's commitMu (wal.Log) is taken with no opLock held; a checkpoint
+// takes opLock exclusively under commitMu (logHost.Freeze) to snapshot the
+// trees. Several paths take commitMu while holding inode locks — a space
+// reservation that commits or checkpoints to make room, the ENOSPC
+// commit-and-retry, fsync — which is safe because nothing that holds
+// commitMu or opLock exclusively ever waits for an inode lock (making room
+// journals other dirty inodes only when their locks are free).
 package meta
 
 import (
@@ -38,6 +41,7 @@ import (
 	"github.com/streamfs/streamfs/backend"
 	"github.com/streamfs/streamfs/fs/format"
 	"github.com/streamfs/streamfs/fs/meta/tree"
+	"github.com/streamfs/streamfs/fs/meta/wal"
 )
 
 // Options are the mount-time choices.
@@ -90,13 +94,12 @@ type Store struct {
 	dirtyCount atomic.Int64  // len(dirty): each dirty inode holds a reservation too
 	treeHeight atomic.Uint64 // tallest tree at mount or the last checkpoint
 
-	ckptDamage error                // a damaged checkpoint slot found at mount
-	ckptTorn   []*format.CkptHeader // its header, when only its roots fail
+	found *wal.Found // the checkpoint the mount started from, and damage seen
 	enospcLog  atomic.Int64
 
 	renameMu sync.Mutex   // see package doc
 	opLock   sync.RWMutex // see package doc
-	j        *journal
+	j        *wal.Log
 
 	dirtyMu sync.Mutex // leaf; guards dirty
 	dirty   map[*Inode]struct{}
@@ -162,7 +165,7 @@ type Counters struct {
 func (s *Store) Counters() Counters {
 	c := Counters{
 		Checkpoints:          s.stats.checkpoints.Load(),
-		Shutdown:             s.j.failed.Load(),
+		Shutdown:             s.j.Failed(),
 		DataIOErrors:         s.stats.dataErrors.Load(),
 		ReadOnly:             s.ReadOnly(),
 		CheckpointPayload:    s.ckptBytes.Load(),
@@ -307,13 +310,6 @@ func Open(dev backend.Device, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// checkpoint takes a checkpoint now.
-func (s *Store) checkpoint() error {
-	s.j.commitMu.Lock()
-	defer s.j.commitMu.Unlock()
-	return s.j.checkpointLocked()
-}
-
 // newStore builds an empty Store for sb: no state loaded, no allocator, no
 // committer (Open and fsck add those).
 func newStore(dev backend.Device, sb *format.Super, opts Options, ro bool) *Store {
@@ -335,19 +331,29 @@ func newStore(dev backend.Device, sb *format.Super, opts Options, ro bool) *Stor
 		kick:   make(chan struct{}, 1),
 	}
 	s.metaReserve = min(max(sb.TotalBlocks/200, 256), 1<<18)
-	s.j = &journal{s: s}
+	s.j = wal.New(dev, wal.GeometryOf(sb), (*logHost)(s), ro)
 	return s
 }
 
 // load reads the newest checkpoint, opens the trees and the allocator, and
 // replays the journal after it (unless !recover).
 func (s *Store) load(recover bool) (h *format.CkptHeader, commits, records int, err error) {
-	h, slot, roots, err := s.readCheckpoint()
+	found, err := wal.ReadCheckpoint(s.dev, wal.GeometryOf(s.sb))
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	s.j.ckptSeq, s.j.ckptSlot = h.Seq, slot
-	if err := s.openTrees(roots); err != nil {
+	s.found, h = found, found.Header
+	if found.Damage != nil {
+		// A crash while a checkpoint writes its slot leaves a valid header
+		// (sectors land whole) over roots that do not verify. That is
+		// benign when the slot is older than the one in use (it was being
+		// overwritten) or when the journal still holds everything the
+		// interrupted checkpoint contained; wal.Log.Interrupted decides
+		// once the journal is replayed.
+		s.log.Warn("a checkpoint slot is damaged; using the other one (streamfs fsck reports it)", zap.Error(found.Damage))
+	}
+	s.j.Start(h.Seq, found.Slot, h.JournalSeq, h.JournalPos)
+	if err := s.openTrees(found.Roots); err != nil {
 		return nil, 0, 0, err
 	}
 	s.noteHeight()
@@ -360,29 +366,25 @@ func (s *Store) load(recover bool) (h *format.CkptHeader, commits, records int, 
 	if !recover {
 		s.log.Warn("norecovery: the journal is not replayed; changes committed after the last checkpoint are not visible",
 			zap.Uint64("checkpoint", h.Seq))
-		s.j.head = h.JournalPos
-		s.j.openTx.Store(h.JournalSeq)
-		s.j.committed.Store(h.JournalSeq)
 		return h, 0, 0, nil
 	}
 	// First pass: keep every block the journal maps away from the tree
 	// nodes that replay allocates. Second pass: apply.
-	bc := s.badCommit
-	if bc != nil {
-		s.badCommit = func(error) {} // reported by the second pass
+	var quiet func(error)
+	if s.badCommit != nil {
+		quiet = func(error) {} // reported by the second pass
 	}
-	_, _, err = s.replay(h, func(r *format.Record) error {
+	_, _, err = s.j.Replay(h, func(r *format.Record) error {
 		if r.Type == format.RecMap {
 			s.reserve(r.PBlk, r.Len)
 		}
 		return nil
-	})
-	s.badCommit = bc
+	}, quiet)
 	if err != nil {
 		return nil, 0, 0, err
 	}
 	var freed []alloc.Extent
-	commits, records, err = s.replay(h, func(r *format.Record) error { return s.apply(r, &freed) })
+	commits, records, err = s.j.Replay(h, func(r *format.Record) error { return s.apply(r, &freed) }, s.badCommit)
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -606,7 +608,7 @@ func (s *Store) SyncAll() error {
 		return nil
 	}
 	s.logAllDirty(false)
-	return s.j.sync()
+	return s.j.Sync()
 }
 
 // logAllDirty journals every dirty inode; with try, only those whose lock
@@ -646,7 +648,7 @@ func (s *Store) Close() error {
 	t1 := time.Now()
 	var err error
 	t2 := t1 // read-only or failed: no commit, no checkpoint
-	if !s.readOnly && !s.j.failed.Load() {
+	if !s.readOnly && !s.j.Failed() {
 		if err = s.SyncAll(); err == nil {
 			t2 = time.Now()
 			err = s.checkpoint()
@@ -657,7 +659,7 @@ func (s *Store) Close() error {
 	if err != nil {
 		return fmt.Errorf("final checkpoint: %w", err)
 	}
-	if s.j.failed.Load() {
+	if s.j.Failed() {
 		s.log.Info("unmounted a shut-down filesystem; the next mount recovers from the log")
 		return nil
 	}
@@ -673,12 +675,11 @@ func (s *Store) Close() error {
 // failed write or flush may or may not be on the media, so nothing may be
 // built on it. Reads go on; every change and fsync gets EIO; the next mount
 // recovers from the journal. It returns the error for the caller to pass on.
-func (s *Store) shutdown(err error) error {
-	if s.j.failed.CompareAndSwap(false, true) {
-		s.log.Error("metadata write failed: filesystem shut down; unmount, then mount again to recover from the log", zapErr(err))
-	}
-	return fmt.Errorf("%w: %w", ErrJournalFailed, err)
-}
+func (s *Store) shutdown(err error) error { return s.j.Fail(err) }
+
+// ErrJournalFailed means a metadata write failed and the filesystem shut
+// down: nothing more is committed until it is mounted again.
+var ErrJournalFailed = wal.ErrFailed
 
 // Shutdown flags (FS_IOC_SHUTDOWN).
 const (
@@ -700,7 +701,7 @@ func (s *Store) Shutdown(flags uint32) error {
 	default:
 		return syscall.EINVAL
 	}
-	if s.j.failed.CompareAndSwap(false, true) {
+	if s.j.Stop() {
 		s.log.Warn("filesystem shut down on request (FS_IOC_SHUTDOWN); unmount, then mount again to recover from the log",
 			zap.Uint32("flags", flags))
 	}
@@ -712,7 +713,7 @@ func (s *Store) writable() error {
 	if s.readOnly || s.remountRO.Load() {
 		return syscall.EROFS
 	}
-	if s.j.failed.Load() {
+	if s.j.Failed() {
 		return syscall.EIO
 	}
 	return nil
@@ -730,7 +731,7 @@ func (s *Store) Allocator() *alloc.Allocator { return s.alloc }
 func (s *Store) Device() backend.Device { return s.dev }
 
 // ReadOnly reports a read-only mount.
-func (s *Store) ReadOnly() bool { return s.readOnly || s.remountRO.Load() || s.j.failed.Load() }
+func (s *Store) ReadOnly() bool { return s.readOnly || s.remountRO.Load() || s.j.Failed() }
 
 // markDirtyLocked notes that in's attributes need journaling. in.mu held.
 func (s *Store) markDirtyLocked(in *Inode) {

@@ -177,7 +177,7 @@ type Statfs struct {
 // transactions not yet committed, since an allocation that finds nothing
 // commits and retries.
 func (s *Store) Statfs() Statfs {
-	pending := s.j.pendingFreeBlocks()
+	pending := s.j.PendingFreeBlocks()
 	// Old copies of tree nodes come back at the next checkpoint.
 	s.nodeMu.Lock()
 	for _, e := range s.nodeEv {
