@@ -118,4 +118,3 @@ func (s *Store) bumpAGNext(ino uint64) {
 		}
 	}
 }
-

@@ -94,8 +94,8 @@ type Store struct {
 	dirtyCount atomic.Int64  // len(dirty): each dirty inode holds a reservation too
 	treeHeight atomic.Uint64 // tallest tree at mount or the last checkpoint
 
-	found *wal.Found // the checkpoint the mount started from, and damage seen
-	enospcLog  atomic.Int64
+	found     *wal.Found // the checkpoint the mount started from, and damage seen
+	enospcLog atomic.Int64
 
 	renameMu sync.Mutex   // see package doc
 	opLock   sync.RWMutex // see package doc
