@@ -178,6 +178,10 @@ func (s *Store) applyFree(ino uint64, freed *[]alloc.Extent) error {
 		if err != nil {
 			return err
 		}
+		// Before anything is deleted: the inode stays as it was.
+		if err := s.checkExtents(ino, exts); err != nil {
+			return err
+		}
 		for _, k := range keys {
 			if _, err := tx.Delete(k); err != nil {
 				return err
@@ -223,6 +227,9 @@ func (s *Store) applyMap(ino uint64, x Extent, freed *[]alloc.Extent) error {
 	for _, f := range fresh {
 		delta += int64(f.Len)
 	}
+	if err := s.checkExtents(ino, old); err != nil {
+		return err
+	}
 	for _, o := range old {
 		delta -= int64(o.Len)
 		if err := s.spaceFree(o.PBlk, o.Len); err != nil {
@@ -250,6 +257,9 @@ func (s *Store) applyPunch(ino, lblk, n uint64, freed *[]alloc.Extent) error {
 	})
 	if err != nil {
 		return treeErr(err)
+	}
+	if err := s.checkExtents(ino, old); err != nil {
+		return err
 	}
 	var delta int64
 	for _, o := range old {

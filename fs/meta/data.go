@@ -262,6 +262,9 @@ func (s *Store) visit(in *Inode, lblk, n uint64) ([]Extent, error) {
 	if err != nil {
 		return nil, treeErr(err)
 	}
+	if err := s.checkExtents(in.attr.Ino, exts); err != nil {
+		return nil, err
+	}
 	for i := range exts {
 		exts[i] = clip(exts[i], lblk, lblk+n)
 	}

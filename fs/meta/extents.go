@@ -276,7 +276,11 @@ func setTx(tx *tree.Tx, ino uint64, e Extent, fresh []Extent) (freed, _ []Extent
 func (s *Store) Extents(in *Inode) ([]Extent, error) {
 	in.mu.RLock()
 	defer in.mu.RUnlock()
-	return extentsIn(s.treeFor(in.attr.Ino), in.attr.Ino, 0, ^uint64(0))
+	exts, err := extentsIn(s.treeFor(in.attr.Ino), in.attr.Ino, 0, ^uint64(0))
+	if err == nil {
+		err = s.checkExtents(in.attr.Ino, exts)
+	}
+	return exts, err
 }
 
 // ExtentRange returns the file's extent pieces intersecting file blocks
