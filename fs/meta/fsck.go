@@ -449,7 +449,7 @@ func (f *fsck) checkTrees() {
 			s.agNext[0].Store(agino + 1)
 			lf = alloc.MakeIno(0, agino)
 			now := time.Now().UnixNano()
-			a := format.InodeRec{Ino: lf, Mode: syscall.S_IFDIR | 0o700, Nlink: 2, Parent: RootIno, Gen: 1,
+			a := format.InodeRec{Ino: lf, Mode: syscall.S_IFDIR | 0o700, Nlink: 2, Parent: RootIno, Gen: newGen(),
 				Atime: now, Mtime: now, Ctime: now, Btime: now}
 			tx.inode(&a)
 			tx.link(RootIno, lf, a.Mode, "lost+found")

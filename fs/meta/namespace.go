@@ -233,7 +233,7 @@ func (s *Store) Create(dir *Inode, name string, n NewInode) (*Inode, error) {
 	in := &Inode{attr: format.InodeRec{
 		Ino: ino, Mode: n.Mode, UID: n.UID, GID: n.GID, Rdev: n.Rdev,
 		Nlink: 1, Atime: t, Mtime: t, Ctime: t, Btime: t,
-		Target: n.Target, Parent: dir.attr.Ino,
+		Target: n.Target, Parent: dir.attr.Ino, Gen: newGen(),
 	}}
 	// An explicit rule beats inheritance from the directory.
 	switch {
