@@ -154,6 +154,11 @@ func (t *inodeTable) del(ino uint64) {
 	s.mu.Unlock()
 }
 
+// testHookCreate, set by tests only, runs inside Create once the new inode
+// is published (a lookup by number can find it) and before its records are
+// applied and journaled.
+var testHookCreate func(ino uint64)
+
 // lockInodes locks distinct inodes in ascending inode-number order and
 // returns the unlock function.
 func lockInodes(ins ...*Inode) func() {

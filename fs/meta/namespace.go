@@ -260,7 +260,16 @@ func (s *Store) Create(dir *Inode, name string, n NewInode) (*Inode, error) {
 		return nil, err
 	}
 	defer tx.end()
+	// A lookup by number (a file handle) finds the inode once it is
+	// published: locked until its records are journaled, nothing can
+	// change it before its creation. Nobody else can hold it yet, so the
+	// lock order does not apply.
+	in.mu.Lock()
+	defer in.mu.Unlock()
 	s.itab.put(in)
+	if testHookCreate != nil {
+		testHookCreate(ino)
+	}
 	if isDir {
 		dir.attr.Nlink++
 	}
