@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -97,6 +98,7 @@ func Fsck(dev backend.Device, opts FsckOptions) (*FsckReport, error) {
 			badCommit = f.problem(true, "%v: the journal ends before it", err)
 		}
 		s.lenientFree = true
+		s.beforeReplay = f.reserveInUse
 		s.badAGHeader = func(ag int, err error) {
 			f.badHeader = append(f.badHeader, ag)
 			f.problem(true, "%v: counters recounted from the tree", err)
@@ -135,6 +137,10 @@ func Fsck(dev backend.Device, opts FsckOptions) (*FsckReport, error) {
 	if !opts.Repair || rep.Fixed == 0 {
 		return rep, nil
 	}
+	if rep.Fixed < len(rep.Problems) {
+		f.withdraw()
+		return rep, nil
+	}
 	if writeSuper {
 		if err := WriteSuper(dev, sb); err != nil {
 			return nil, fmt.Errorf("rewriting superblocks: %w", err)
@@ -163,6 +169,24 @@ type fsck struct {
 	fixes  int // repairs that need a checkpoint
 	// badHeader lists the AGs whose header was missing or malformed.
 	badHeader []int
+}
+
+// withdraw takes back the repairs of a -y run that leaves a problem it
+// cannot repair: nothing is written. A checkpoint built over such a
+// problem (blocks two owners claim, a tree that does not verify) could
+// place repaired metadata over data that is still in use, and would hide
+// the damage from the next run; the report keeps every problem and exits 4.
+func (f *fsck) withdraw() {
+	withdrawn := 0
+	for i, p := range f.rep.Problems {
+		if m, ok := strings.CutSuffix(p, " (fixed)"); ok {
+			f.rep.Problems[i] = m + " (repairable, not written)"
+			withdrawn++
+		}
+	}
+	f.rep.Fixed = 0
+	f.rep.Notes = append(f.rep.Notes, fmt.Sprintf("nothing written: %d problems cannot be repaired automatically, so the %d repairs found were not applied",
+		len(f.rep.Problems)-withdrawn, withdrawn))
 }
 
 // problem reports an error. It returns true when the caller should repair
@@ -367,11 +391,20 @@ func (f *fsck) checkTrees() {
 				}
 				continue
 			}
-			in.blocks += x.e.Len
 			if x.e.PBlk < s.sb.MetaEnd() || x.e.PBlk+x.e.Len > s.sb.BackupBlock {
-				f.problem(false, "inode %d extent %d+%d at block %d outside the data area", x.ino, x.e.LBlk, x.e.Len, x.e.PBlk)
+				// As e2fsck clears illegal blocks: the file gets a hole
+				// there, and its block count is fixed below.
+				if f.problem(true, "inode %d extent %d+%d at block %d outside the data area: dropped", x.ino, x.e.LBlk, x.e.Len, x.e.PBlk) {
+					if _, err := t.Delete(format.ExtentKey(x.ino, x.e.LBlk)); err != nil {
+						f.problem(false, "dropping extent of inode %d: %v", x.ino, err)
+					}
+					f.fixes++
+					continue
+				}
+				in.blocks += x.e.Len
 				continue
 			}
+			in.blocks += x.e.Len
 			owners = append(owners, owner{x.e.PBlk, x.e.Len, fmt.Sprintf("inode %d", x.ino)})
 		}
 	}

@@ -87,12 +87,12 @@ func (f *fsck) salvageAG(ag int) *salvaged {
 			continue
 		}
 		if fs > cursor {
-			s.reserve(cursor, fs-cursor)
+			f.withhold(cursor, fs-cursor)
 		}
 		cursor = fs + fn
 	}
 	if hi > cursor {
-		s.reserve(cursor, hi-cursor)
+		f.withhold(cursor, hi-cursor)
 	}
 	return sv
 }
@@ -141,6 +141,7 @@ func (f *fsck) loadDamaged(loadErr error) (*format.CkptHeader, int, error) {
 	if err := s.rebuildAllocator(); err != nil {
 		return nil, 0, err
 	}
+	f.reserveInUse()
 	if !f.salvageTrees() {
 		return nil, 0, loadErr // the damage is not in a tree
 	}

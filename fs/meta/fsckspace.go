@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/streamfs/streamfs/alloc"
 	"github.com/streamfs/streamfs/fs/format"
 	"github.com/streamfs/streamfs/fs/meta/tree"
 )
@@ -80,7 +81,7 @@ func (f *fsck) checkSpace(owners []owner, freeBad bool) {
 func (f *fsck) rebuildFree(used []owner) error {
 	s := f.s
 	for _, o := range used {
-		s.reserve(o.start, o.n)
+		f.withhold(o.start, o.n)
 	}
 	for ag, t := range s.trees {
 		lo := max(uint64(ag)*s.sb.AGBlocks, s.sb.MetaEnd())
@@ -128,4 +129,44 @@ func (f *fsck) rebuildFree(used []owner) error {
 		}
 	}
 	return nil
+}
+
+// reserveInUse makes the allocator withhold every block that a tree node or
+// a file's extent reachable in the trees holds, whatever the free-space
+// records say. fsck distrusts those records, and everything it does before
+// it rebuilds them (replaying the journal, folding node space, rebuilding a
+// damaged tree, dropping entries) copies tree nodes into blocks the
+// allocator hands out: a record that calls a file's blocks free would
+// otherwise put a node there, and the repaired checkpoint would write it
+// over the file's data. Extents outside the data area are left to the
+// checks (withhold ignores them).
+func (f *fsck) reserveInUse() {
+	s := f.s
+	for _, t := range s.trees {
+		t.Salvage(func(k, v []byte) {
+			if len(k) == 18 && k[0] == format.KeyInoSpc && k[9] == format.KindExtent {
+				if e, err := decodeExtent(k, v); err == nil {
+					f.withhold(e.PBlk, e.Len)
+				}
+			}
+		}, func(blk uint64) { f.withhold(blk, 1) })
+	}
+}
+
+// withhold marks the free parts of [start, start+n) used in the allocator
+// (s.reserve tries block by block once any block is in use, which would
+// cost a step per block of every file here).
+func (f *fsck) withhold(start, n uint64) {
+	s := f.s
+	if start < s.sb.MetaEnd() || start+n > s.sb.BackupBlock || start+n < start {
+		return
+	}
+	var free []alloc.Extent
+	s.alloc.FreeExtentsIn(start, n, 1, func(e alloc.Extent) bool {
+		free = append(free, e)
+		return true
+	})
+	for _, e := range free {
+		_ = s.alloc.MarkUsed(e.Start, e.Len) // free a moment ago; fsck runs alone
+	}
 }

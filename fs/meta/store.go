@@ -118,6 +118,9 @@ type Store struct {
 	// the AG's counters then start from zero and fsck recounts them.
 	// Without it such a header fails the load.
 	badAGHeader func(ag int, err error)
+	// beforeReplay, set by fsck, runs once the trees and the allocator are
+	// open, before the journal is replayed (replay allocates tree nodes).
+	beforeReplay func()
 	// lenientFree, set by fsck, makes the allocator skip free-space
 	// records that are malformed, out of order or outside their AG's data
 	// area (their blocks count as used) instead of failing the load; fsck
@@ -362,6 +365,9 @@ func (s *Store) load(recover bool) (h *format.CkptHeader, commits, records int, 
 	}
 	if err := s.rebuildAllocator(); err != nil {
 		return nil, 0, 0, err
+	}
+	if s.beforeReplay != nil {
+		s.beforeReplay()
 	}
 	if !recover {
 		s.log.Warn("norecovery: the journal is not replayed; changes committed after the last checkpoint are not visible",
