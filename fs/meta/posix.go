@@ -51,6 +51,12 @@ func (s *Store) devStream(id uint32) uint32 {
 // Going read-only commits everything and writes a checkpoint, so nothing
 // is left to replay. A filesystem mounted read-only (its device opened
 // read-only, its log perhaps not replayed) cannot go read-write.
+//
+// Read-only means nothing more is written, unmount included: an unlinked
+// file closed for the last time meanwhile is not freed (as XFS skips
+// inactivation on a read-only filesystem). It stays on the orphan list the
+// remount's checkpoint made durable, and the next read-write mount frees
+// it (reclaimOrphans); fsck counts it as an orphan, not an error.
 func (s *Store) SetReadOnly(ro bool) error {
 	if s.readOnly {
 		if ro {

@@ -654,7 +654,9 @@ func (s *Store) Close() error {
 	t1 := time.Now()
 	var err error
 	t2 := t1 // read-only or failed: no commit, no checkpoint
-	if !s.readOnly && !s.j.Failed() {
+	// After a remount read-only nothing changed since its checkpoint, and
+	// nothing may be written any more.
+	if !s.readOnly && !s.remountRO.Load() && !s.j.Failed() {
 		if err = s.SyncAll(); err == nil {
 			t2 = time.Now()
 			err = s.checkpoint()
