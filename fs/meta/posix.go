@@ -1,10 +1,13 @@
 package meta
 
 import (
+	"bytes"
+	"encoding/binary"
 	"fmt"
 	"syscall"
 
 	"github.com/streamfs/streamfs/alloc"
+	"github.com/streamfs/streamfs/fs/format"
 )
 
 // This file holds small additions for kernel-filesystem behaviour (atime,
@@ -56,7 +59,8 @@ func (s *Store) devStream(id uint32) uint32 {
 // file closed for the last time meanwhile is not freed (as XFS skips
 // inactivation on a read-only filesystem). It stays on the orphan list the
 // remount's checkpoint made durable, and the next read-write mount frees
-// it (reclaimOrphans); fsck counts it as an orphan, not an error.
+// it (reclaimOrphans), as does a remount read-write (freeClosedOrphans);
+// fsck counts it as an orphan, not an error.
 func (s *Store) SetReadOnly(ro bool) error {
 	if s.readOnly {
 		if ro {
@@ -66,6 +70,9 @@ func (s *Store) SetReadOnly(ro bool) error {
 	}
 	if !ro {
 		s.remountRO.Store(false)
+		if s.writable() == nil {
+			s.freeClosedOrphans()
+		}
 		return nil
 	}
 	if s.j.Failed() {
@@ -80,4 +87,36 @@ func (s *Store) SetReadOnly(ro bool) error {
 	}
 	s.remountRO.Store(true)
 	return nil
+}
+
+// freeClosedOrphans frees, after a remount read-write, the unlinked files
+// whose last close came while the filesystem was read-only (Release left
+// them on the orphan list); files still open are freed at their last
+// close. A failure leaves the file to the next mount, which frees orphans.
+func (s *Store) freeClosedOrphans() {
+	var orphans []uint64
+	for _, t := range s.trees {
+		err := t.Ascend(format.OrphanPrefix(), func(k, v []byte) bool {
+			if len(k) != 10 || !bytes.HasPrefix(k, format.OrphanPrefix()) {
+				return false
+			}
+			orphans = append(orphans, binary.BigEndian.Uint64(k[2:]))
+			return true
+		})
+		if err != nil {
+			s.log.Warn("listing orphans after a remount read-write; the next mount frees them", zapErr(err))
+			return
+		}
+	}
+	for _, ino := range orphans {
+		in, err := s.loadInode(ino)
+		if err != nil || in == nil {
+			continue // the next mount deals with it
+		}
+		in.mu.Lock()
+		if in.opens == 0 && in.attr.Nlink == 0 && !in.freed {
+			s.freeLater(in)
+		}
+		in.mu.Unlock()
+	}
 }
