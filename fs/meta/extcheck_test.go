@@ -53,7 +53,10 @@ func TestExtentOutsideDataArea(t *testing.T) {
 				return out
 			}
 			before := meta()
-			s, err := Open(fd, testOpts())
+			o := testOpts()
+			log, logs := observed()
+			o.Logger = log
+			s, err := Open(fd, o)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -70,6 +73,9 @@ func TestExtentOutsideDataArea(t *testing.T) {
 			}
 			if _, err := s.ExtentRange(f, 0, 4); !errors.Is(err, format.ErrCorrupt) {
 				t.Errorf("extent range: %v; want ErrCorrupt", err)
+			}
+			if n := logs.FilterMessageSnippet("corrupt extent").Len(); n != 1 {
+				t.Errorf("%d log lines about the corrupt extent after three refusals, want 1", n)
 			}
 			// Removing the file must not free the metadata blocks: the
 			// operation fails (the filesystem shuts down) instead.

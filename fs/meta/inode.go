@@ -22,7 +22,8 @@ const RootIno = 1
 // Lock order (see Store): Store.renameMu → Inode.mu (several: ascending
 // inode number) → Store.opLock (shared) → a journal stripe lock. Allocator AG locks
 // and tree locks may be taken while holding Inode.mu; nothing in alloc or
-// the trees calls back here.
+// the trees calls back here. Create locks its new inode before publishing
+// it, out of that order: nobody else can hold it yet.
 type Inode struct {
 	mu sync.RWMutex // guards every field below; writers also hold Store.opLock shared
 
@@ -46,6 +47,9 @@ type Inode struct {
 	// not known yet): a write wholly past it lands in a hole without a
 	// tree lookup. Atomic because readers fill it in under the shared lock.
 	extEnd atomic.Uint64
+	// badExtLogged: a corrupt extent of this inode was logged once
+	// (extcheck.go); later refusals only return the error.
+	badExtLogged atomic.Bool
 }
 
 // WBGen counts failed data writes; file handles compare it to report a
