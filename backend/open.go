@@ -310,3 +310,48 @@ func readDevFile(p string) (uint64, bool) {
 	}
 	return unix.Mkdev(uint32(maj), uint32(mnr)), true
 }
+
+// WriteProtected reports whether the device or image at path cannot be
+// written: a block device the kernel marks read-only (BLKROGET, as after
+// `blockdev --setro` or on a write-protected disk), or an image file that
+// cannot be opened for writing (a read-only filesystem, an immutable
+// file). A block device opens read-write even when it is read-only and
+// only its writes fail, so mount asks first and mounts read-only, as a
+// kernel filesystem does. Other devices report false, and so does a path
+// that cannot be looked at: Open explains that better.
+func WriteProtected(path string) (bool, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return false, nil
+	}
+	switch {
+	case st.Mode().IsRegular():
+		f, err := os.OpenFile(path, os.O_RDWR|unix.O_CLOEXEC, 0)
+		if err == nil {
+			f.Close()
+			return false, nil
+		}
+		if errors.Is(err, syscall.EROFS) || errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) {
+			return true, nil
+		}
+		return false, nil
+	case st.Mode().Type() == fs.ModeDevice:
+		// O_RDONLY without O_EXCL: this only asks, it claims nothing.
+		f, err := os.OpenFile(path, os.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return false, nil
+		}
+		defer f.Close()
+		var ro int
+		err = WithFd(f, func(fd int) error {
+			var err error
+			ro, err = unix.IoctlGetInt(fd, unix.BLKROGET)
+			return err
+		})
+		if err != nil {
+			return false, fmt.Errorf("device %s: BLKROGET: %w", path, err)
+		}
+		return ro != 0, nil
+	}
+	return false, nil
+}

@@ -329,6 +329,19 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 			}
 		}()
 	}
+	// A write-protected device opens read-write all the same and only its
+	// writes fail, which would shut the filesystem down at the first
+	// commit: mount it read-only instead, as the kernel does.
+	if !o.ro {
+		wp, err := backend.WriteProtected(path)
+		if err != nil {
+			return err
+		}
+		if wp {
+			log.Warn("device write-protected, mounting read-only", zap.String("device", path))
+			o.ro = true
+		}
+	}
 	// The device first: "already mounted" explains more than a busy mount point.
 	dev, err := openWaiting(path, backend.OpenOptions{ReadOnly: o.ro, Kind: o.backend,
 		Warn: func(msg string) { log.Warn(msg) }}, stderr, "mount")
