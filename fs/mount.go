@@ -45,7 +45,7 @@ func Mount(f *FS, mountpoint string, o MountOptions) (*fuse.Server, error) {
 		Name:       "streamfs",
 		// The kernel takes up to 1 MiB per request; go-fuse's default is 128 KiB.
 		MaxWrite:      1 << 20,
-		MaxBackground: 64,
+		MaxBackground: maxBackground,
 		// The kernel checks permissions against the modes we report.
 		Options:          []string{"default_permissions"},
 		DirectMount:      true,
@@ -77,7 +77,7 @@ func Mount(f *FS, mountpoint string, o MountOptions) (*fuse.Server, error) {
 		ExternalNodeID: true,
 	}
 	root := NewRoot(f)
-	raw := countingFS{RawFileSystem: gofs.NewNodeFS(root, opts), c: &f.ops}
+	raw := syncWritesFS{RawFileSystem: countingFS{RawFileSystem: gofs.NewNodeFS(root, opts), c: &f.ops}, fs: f}
 	srv, err := fuse.NewServer(raw, mountpoint, &opts.MountOptions)
 	if err != nil {
 		return nil, fmt.Errorf("mounting FUSE at %s: %w", mountpoint, err)
@@ -97,6 +97,10 @@ func Mount(f *FS, mountpoint string, o MountOptions) (*fuse.Server, error) {
 	tuneWriteback(mountpoint, f.Log)
 	return srv, nil
 }
+
+// maxBackground is the kernel's limit of background requests (readahead,
+// writeback, async direct I/O) in flight to the daemon.
+const maxBackground = 64
 
 // readaheadKB is the mount's read-ahead window. The kernel starts a FUSE
 // mount at 128 KiB and cannot be asked for more at INIT; with 1 MiB
