@@ -19,6 +19,9 @@ import (
 type handle struct {
 	in    *meta.Inode
 	flags uint32
+	// direct: the kernel was told FOPEN_DIRECT_IO, so its WRITEs come
+	// from user memory, never from locked page-cache folios (cache.go).
+	direct bool
 
 	mu     sync.Mutex // guards wbSeen
 	wbSeen uint64
@@ -41,7 +44,18 @@ func (f *FS) openHandle(in *meta.Inode, flags uint32) (*handle, uint32, syscall.
 			fl |= fuse.FOPEN_PARALLEL_DIRECT_WRITES
 		}
 	}
+	h.direct = fl&fuse.FOPEN_DIRECT_IO != 0
 	return h, fl, 0
+}
+
+// opened accounts a new handle of n (cache.go).
+func (n *Node) opened(h *handle) {
+	if writable(h.flags) {
+		n.writers.Add(1)
+	}
+	if !h.direct {
+		n.setCached()
+	}
 }
 
 // writeErr returns EIO once for every write error since the last check.
@@ -70,11 +84,18 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	if writable(flags) && n.fs.Store.ReadOnly() {
 		return nil, 0, syscall.EROFS
 	}
-	return n.fs.openHandle(n.in, flags)
+	h, fl, e := n.fs.openHandle(n.in, flags)
+	if e == 0 {
+		n.opened(h)
+	}
+	return h, fl, e
 }
 
 // Read implements gofs.NodeReader.
 func (n *Node) Read(ctx context.Context, f gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	// Even a read through a direct handle may fill the page cache: a
+	// fault on a MAP_SHARED mapping of it (DIRECT_IO_ALLOW_MMAP).
+	n.setCached()
 	c, err := n.fs.Store.Read(n.in, dest, off)
 	if err != nil {
 		return nil, errno(err)
@@ -96,6 +117,9 @@ func (n *Node) Write(ctx context.Context, f gofs.FileHandle, data []byte, off in
 	// writeback looks only at the error, so it must get one.
 	if err != nil && (c == 0 || wb) {
 		return 0, errno(err)
+	}
+	if h, ok := f.(*handle); ok && h.direct {
+		n.dropCached(off, c)
 	}
 	if l := n.fs.Log; l != nil && l.Core().Enabled(zap.DebugLevel) {
 		n.fs.logPlacement(n.in, off, c)
@@ -151,6 +175,7 @@ func (n *Node) Release(ctx context.Context, f gofs.FileHandle) syscall.Errno {
 			// Writeback is done before RELEASE: give back what the
 			// appends preallocated, as XFS trims EOF blocks at close.
 			n.fs.Store.TrimPrealloc(n.in)
+			n.writers.Add(-1)
 		}
 		n.fs.Store.Release(n.in)
 	}
@@ -172,6 +197,7 @@ func (n *Node) Lseek(ctx context.Context, f gofs.FileHandle, off uint64, whence 
 	if int64(off) < 0 {
 		return 0, syscall.ENXIO
 	}
+	n.writeBackCached(int64(off))
 	o, err := n.fs.Store.Seek(n.in, int64(off), int(whence))
 	if err != nil {
 		return 0, errno(err)

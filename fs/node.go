@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -34,6 +35,7 @@ type FS struct {
 	srv   *fuse.Server // for notifications (notify.go)
 	ops   opCounts     // FUSE requests served, by opcode (stats)
 	nodes nodeSet      // nodes the kernel holds, bounded (nodes.go)
+	drops atomic.Int32 // page-cache invalidations under way (cache.go)
 }
 
 // Node is one file, directory or symlink.
@@ -42,6 +44,13 @@ type Node struct {
 	fs    *FS
 	in    *meta.Inode
 	links nodeLinks // place in fs.nodes
+
+	// writers counts the open handles that can write: while there is one,
+	// the kernel may hold dirty pages of the file the daemon has not seen
+	// (the last close writes them back before RELEASE). cached is set once
+	// the kernel may hold pages of the file at all. cache.go uses both.
+	writers atomic.Int32
+	cached  atomic.Bool
 
 	qmu   sync.Mutex // guards the query snapshot below
 	qkind uint32
@@ -329,6 +338,11 @@ func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, e
 	}
 	h, fl, e := n.fs.openHandle(in, flags)
+	if e == 0 {
+		if cn, ok := ch.Operations().(*Node); ok {
+			cn.opened(h)
+		}
+	}
 	return ch, h, fl, e
 }
 
