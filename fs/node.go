@@ -451,8 +451,8 @@ const cacheTimeout = time.Hour
 // cacheOpenFlags are the FOPEN_ flags of a file open that the name and
 // attribute caching allows.
 //
-// KEEP_CACHE: every write reaches the file through the kernel (O_DIRECT
-// writes invalidate what they overwrite), so an open need not drop the
+// KEEP_CACHE: every write reaches the file through the kernel (a direct
+// write drops the pages it overwrites, cache.go), so an open need not drop the
 // file's cached pages — unless the next read must update atime: a read
 // served from the page cache never reaches the daemon, which keeps atime
 // (the kernel marks FUSE inodes S_NOATIME). So strictatime never keeps the
