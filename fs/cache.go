@@ -15,6 +15,14 @@ import (
 // overwrote (xfstests generic/451). The daemon drops them again once the
 // data is written and before it replies, as a kernel filesystem does after
 // a direct write. Dropping waits for pages under read, which is the point.
+// It also costs the next request a GETATTR (the kernel invalidates the
+// attributes with the pages), so it is done only while the kernel may
+// hold pages of the file: only buffered handles fill the page cache, and
+// once none is open a direct write drops every page of the file and
+// clears the mark, so a file written only directly after that (a database,
+// fio after laying its file out) pays nothing. Not covered: pages faulted
+// in through a MAP_SHARED mapping of a direct handle (DIRECT_IO_ALLOW_MMAP)
+// while a direct write to them is in flight.
 //
 // SEEK_DATA and SEEK_HOLE. The kernel sends LSEEK without writing dirty
 // pages back first, so a buffered write not yet written back would read as
@@ -34,16 +42,8 @@ import (
 // files that have cached pages.
 const maxBlockingDrops = maxBackground / 2
 
-// setCached notes that the kernel may cache pages of n.
-func (n *Node) setCached() {
-	if !n.cached.Load() {
-		n.cached.Store(true)
-	}
-}
-
 // dropCached drops the kernel's cached pages of [off, off+length) after a
-// direct write there. A file the kernel never cached pages of (a pure
-// O_DIRECT workload) costs nothing.
+// direct write there, or all of them when no buffered handle is open.
 func (n *Node) dropCached(off int64, length int) {
 	if length <= 0 || !n.cached.Load() {
 		return
@@ -53,10 +53,18 @@ func (n *Node) dropCached(off int64, length int) {
 	if srv == nil {
 		return
 	}
+	size := int64(length)
+	n.cacheMu.Lock()
+	if n.buffered.Load() == 0 {
+		// No handle can fill pages until an open sets the mark again.
+		n.cached.Store(false)
+		off, size = 0, 0
+	}
+	n.cacheMu.Unlock()
 	ino := n.in.Ino()
 	drop := func() {
 		defer f.drops.Add(-1)
-		f.notifyInval(srv, ino, off, int64(length))
+		f.notifyInval(srv, ino, off, size)
 	}
 	if f.drops.Add(1) <= maxBlockingDrops {
 		drop()

@@ -54,7 +54,20 @@ func (n *Node) opened(h *handle) {
 		n.writers.Add(1)
 	}
 	if !h.direct {
-		n.setCached()
+		n.cacheMu.Lock()
+		n.buffered.Add(1)
+		n.cached.Store(true)
+		n.cacheMu.Unlock()
+	}
+}
+
+// closed undoes opened at RELEASE.
+func (n *Node) closed(h *handle) {
+	if writable(h.flags) {
+		n.writers.Add(-1)
+	}
+	if !h.direct {
+		n.buffered.Add(-1)
 	}
 }
 
@@ -93,9 +106,6 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 
 // Read implements gofs.NodeReader.
 func (n *Node) Read(ctx context.Context, f gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	// Even a read through a direct handle may fill the page cache: a
-	// fault on a MAP_SHARED mapping of it (DIRECT_IO_ALLOW_MMAP).
-	n.setCached()
 	c, err := n.fs.Store.Read(n.in, dest, off)
 	if err != nil {
 		return nil, errno(err)
@@ -175,8 +185,8 @@ func (n *Node) Release(ctx context.Context, f gofs.FileHandle) syscall.Errno {
 			// Writeback is done before RELEASE: give back what the
 			// appends preallocated, as XFS trims EOF blocks at close.
 			n.fs.Store.TrimPrealloc(n.in)
-			n.writers.Add(-1)
 		}
+		n.closed(h)
 		n.fs.Store.Release(n.in)
 	}
 	return 0

@@ -45,12 +45,16 @@ type Node struct {
 	in    *meta.Inode
 	links nodeLinks // place in fs.nodes
 
-	// writers counts the open handles that can write: while there is one,
-	// the kernel may hold dirty pages of the file the daemon has not seen
-	// (the last close writes them back before RELEASE). cached is set once
-	// the kernel may hold pages of the file at all. cache.go uses both.
-	writers atomic.Int32
-	cached  atomic.Bool
+	// Page-cache state, for cache.go. writers counts the open handles that
+	// can write: while there is one, the kernel may hold dirty pages the
+	// daemon has not seen (the last close writes them back before
+	// RELEASE). buffered counts the open handles that are not direct (only
+	// they fill the page cache), and cached is set while the kernel may
+	// hold pages of the file; cacheMu orders setting and clearing it.
+	writers  atomic.Int32
+	buffered atomic.Int32
+	cached   atomic.Bool
+	cacheMu  sync.Mutex
 
 	qmu   sync.Mutex // guards the query snapshot below
 	qkind uint32
