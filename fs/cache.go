@@ -15,14 +15,14 @@ import (
 // overwrote (xfstests generic/451). The daemon drops them again once the
 // data is written and before it replies, as a kernel filesystem does after
 // a direct write. Dropping waits for pages under read, which is the point.
-// It also costs the next request a GETATTR (the kernel invalidates the
-// attributes with the pages), so it is done only while the kernel may
-// hold pages of the file: only buffered handles fill the page cache, and
-// once none is open a direct write drops every page of the file and
-// clears the mark, so a file written only directly after that (a database,
-// fio after laying its file out) pays nothing. Not covered: pages faulted
-// in through a MAP_SHARED mapping of a direct handle (DIRECT_IO_ALLOW_MMAP)
-// while a direct write to them is in flight.
+// It costs a notification per direct write, so it is done only while the
+// kernel may hold pages of the file: only buffered handles fill the page
+// cache, and once none is open a direct write drops every page of the
+// file and clears the mark, so a file written only directly after that (a
+// database, fio after laying its file out) pays nothing. Never for
+// writeback, which may come through a direct handle too. Not covered:
+// pages faulted in through a MAP_SHARED mapping of a direct handle
+// (DIRECT_IO_ALLOW_MMAP) while a direct write to them is in flight.
 //
 // SEEK_DATA and SEEK_HOLE. The kernel sends LSEEK without writing dirty
 // pages back first, so a buffered write not yet written back would read as

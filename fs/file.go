@@ -19,8 +19,9 @@ import (
 type handle struct {
 	in    *meta.Inode
 	flags uint32
-	// direct: the kernel was told FOPEN_DIRECT_IO, so its WRITEs come
-	// from user memory, never from locked page-cache folios (cache.go).
+	// direct: the kernel was told FOPEN_DIRECT_IO, so its write(2)s come
+	// from user memory, never from locked page-cache folios (cache.go);
+	// page-cache writeback may still use the handle.
 	direct bool
 
 	mu     sync.Mutex // guards wbSeen
@@ -128,7 +129,10 @@ func (n *Node) Write(ctx context.Context, f gofs.FileHandle, data []byte, off in
 	if err != nil && (c == 0 || wb) {
 		return 0, errno(err)
 	}
-	if h, ok := f.(*handle); ok && h.direct {
+	// Writeback may come through a direct handle too (the kernel picks any
+	// writable one), with its folios under writeback until the reply:
+	// dropping them here would wait for ourselves.
+	if h, ok := f.(*handle); ok && h.direct && !isWriteback(ctx) {
 		n.dropCached(off, c)
 	}
 	if l := n.fs.Log; l != nil && l.Core().Enabled(zap.DebugLevel) {
