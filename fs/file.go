@@ -132,7 +132,7 @@ func (n *Node) Write(ctx context.Context, f gofs.FileHandle, data []byte, off in
 	// Writeback may come through a direct handle too (the kernel picks any
 	// writable one), with its folios under writeback until the reply:
 	// dropping them here would wait for ourselves.
-	if h, ok := f.(*handle); ok && h.direct && !isWriteback(ctx) {
+	if h, ok := f.(*handle); ok && h.direct && !wb {
 		n.dropCached(off, c)
 	}
 	if l := n.fs.Log; l != nil && l.Core().Enabled(zap.DebugLevel) {
