@@ -39,6 +39,7 @@ func (h *logHost) Freeze(closeTx func()) (wal.Frozen, error) {
 	paused := time.Now()
 	frozen, roots, released, err := s.snapshotLocked()
 	s.nodeAllocs.Store(0)
+	s.nodeFrees.Store(0)
 	closeTx()
 	s.opLock.Unlock()
 	s.stats.notePause(time.Since(paused))

@@ -140,6 +140,9 @@ func (s *Store) reserveMeta(ops int, c spaceClass) (uint64, error) {
 		case 0:
 			err = s.makeRoom()
 		case 1:
+			if s.nodeFrees.Load() == 0 {
+				continue // a checkpoint would give nothing back
+			}
 			err = s.checkpoint() // old copies of tree nodes come back
 		default:
 			s.logENOSPC()

@@ -84,6 +84,7 @@ type Store struct {
 	nodeMu     sync.Mutex   // leaf; guards nodeEv
 	nodeEv     []nodeEvent  // node blocks allocated/released since the last fold
 	nodeAllocs atomic.Int64 // node blocks allocated since the last checkpoint
+	nodeFrees  atomic.Int64 // node blocks released since the last checkpoint (it gives them back)
 	kick       chan struct{}
 
 	preBlocks atomic.Int64 // blocks held in preallocation windows (prealloc.go)

@@ -60,6 +60,7 @@ func (p *nodePager) Free(blk uint64) {
 	s.nodeMu.Lock()
 	s.nodeEv = append(s.nodeEv, nodeEvent{blk: blk})
 	s.nodeMu.Unlock()
+	s.nodeFrees.Add(1)
 }
 
 // nodeEvent is one node block allocated or released since the events were
