@@ -516,43 +516,37 @@ func (s *Store) mapLocked(in *Inode, x Extent, resv uint64) error {
 	return err
 }
 
-// punchLocked makes file blocks [lblk, lblk+n) a hole. in.mu is held.
+// punchLocked makes file blocks [lblk, lblk+n) a hole, a few extents per
+// transaction, each with its own reservation from the pool, as XFS frees a
+// large range in a chain of transactions: every step finds room on a full
+// device and is consistent on its own (a crash between steps leaves part of
+// the range punched; truncate and unlink punch only blocks past EOF or of
+// an orphan, which mount frees). in.mu is held, opLock is not.
 func (s *Store) punchLocked(in *Inode, lblk, n uint64) error {
-	if n == 0 {
-		return nil
+	end := lblk + n
+	if end < lblk {
+		end = ^uint64(0)
 	}
-	exts, err := s.visit(in, lblk, n)
-	if err != nil || len(exts) == 0 {
-		return err
-	}
-	if len(exts) > freeInline {
-		// Many extents: a few per transaction, from the end, so every
-		// step leaves the blocks in front of the range as they were.
-		for i := len(exts); i > 0; i -= freeInline {
-			from := exts[max(i-freeInline, 0)].LBlk
-			if i-freeInline <= 0 {
-				from = lblk
-			}
-			if err := s.punchRangeLocked(in, from, exts[i-1].End()-from, min(i, freeInline)); err != nil {
-				return err
-			}
+	for lblk < end {
+		k, last, err := s.extentsFrom(in, lblk, end, freeInline)
+		if err != nil || k == 0 {
+			return err
 		}
-		return nil
+		stop := min(last.End(), end)
+		tx, err := s.beginOp(opsPunch+k*opsPerFree, spacePool)
+		if err != nil {
+			return err
+		}
+		tx.punch(in.attr.Ino, lblk, stop-lblk)
+		s.markDirtyLocked(in)
+		err = tx.commit()
+		tx.end()
+		if err != nil {
+			return err
+		}
+		lblk = stop
 	}
-	return s.punchRangeLocked(in, lblk, n, len(exts))
-}
-
-// punchRangeLocked punches file blocks [lblk, lblk+n), which hold k
-// extents, in one transaction. in.mu is held.
-func (s *Store) punchRangeLocked(in *Inode, lblk, n uint64, k int) error {
-	tx, err := s.beginOp(opsPunch+k*opsPerFree, spacePool)
-	if err != nil {
-		return err
-	}
-	defer tx.end()
-	tx.punch(in.attr.Ino, lblk, n)
-	s.markDirtyLocked(in)
-	return tx.commit()
+	return nil
 }
 
 // zeroRange writes zeros over bytes [lo, hi) that are mapped and written
@@ -649,7 +643,7 @@ func (s *Store) truncateLocked(in *Inode, size uint64) error {
 	cut := size < old && hasLast && last.End() > keep
 	k := 0
 	if cut {
-		if k, err = s.countExtents(in, keep, freeInline+1); err != nil {
+		if k, _, err = s.extentsFrom(in, keep, ^uint64(0), freeInline+1); err != nil {
 			return err
 		}
 	}
@@ -667,7 +661,7 @@ func (s *Store) truncateLocked(in *Inode, size uint64) error {
 	err = tx.commit()
 	tx.end()
 	if err == nil && cut && k > freeInline {
-		err = s.punchFromLocked(in, keep)
+		err = s.punchLocked(in, keep, ^uint64(0)-keep)
 	}
 	return err
 }

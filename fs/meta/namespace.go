@@ -419,7 +419,7 @@ func (s *Store) Remove(dir *Inode, name string, rmdir bool) error {
 
 // dropLinkLocked removes one link of child (whose entry in dir is already
 // gone) and frees it when nothing references it any more — in tx unless
-// big (bigFreeLocked): then it only becomes an orphan, and the caller frees
+// big (dropLinkCost): then it only becomes an orphan, and the caller frees
 // it after the commit with freeLater. child and dir are locked, opLock is
 // held shared.
 func (s *Store) dropLinkLocked(child, dir *Inode, t int64, tx *txn, big bool) (orphan bool) {
@@ -454,7 +454,7 @@ func (s *Store) dropLinkCost(child *Inode) (ops int, big bool, err error) {
 
 // freeInline is how many extents a file may have to be freed within the
 // operation that drops its last reference; a file with more is freed a few
-// extents at a time (punchFromLocked), as XFS frees a large file in a chain
+// extents at a time (punchLocked), as XFS frees a large file in a chain
 // of transactions after its unlink: each step finds room on a full device.
 const freeInline = 4
 
@@ -464,69 +464,37 @@ const freeInline = 4
 // has more than freeInline extents. in.mu is held.
 func (s *Store) freeCost(in *Inode) (ops int, big bool, err error) {
 	prefix := format.InoPrefix(in.attr.Ino)
-	bytes, exts := 0, 0
+	size, exts := 0, 0
 	err = s.treeFor(in.attr.Ino).Ascend(prefix, func(k, v []byte) bool {
-		if len(k) < len(prefix) || string(k[:len(prefix)]) != string(prefix) {
+		if len(k) <= len(prefix) || !bytes.HasPrefix(k, prefix) {
 			return false
 		}
 		if k[len(prefix)] == format.KindExtent {
 			exts++
 		}
-		bytes += len(k) + len(v) + 4
+		size += len(k) + len(v) + 4
 		return exts <= freeInline
 	})
 	if err != nil {
 		return 0, false, treeErr(err)
 	}
-	return 1 + s.valueOps(bytes) + exts*opsPerFree, exts > freeInline, nil
+	return 1 + s.valueOps(size) + exts*opsPerFree, exts > freeInline, nil
 }
 
-// countExtents counts in's extents that reach file block from or past it,
-// up to max.
-func (s *Store) countExtents(in *Inode, from uint64, max int) (int, error) {
-	n := 0
-	err := ascendExtentsLE(s.treeFor(in.attr.Ino), in.attr.Ino, from, func(e Extent) bool {
+// extentsFrom counts in's extents that reach past file block from and
+// start before end, up to max, and returns the last one counted.
+func (s *Store) extentsFrom(in *Inode, from, end uint64, max int) (n int, last Extent, err error) {
+	err = ascendExtentsLE(s.treeFor(in.attr.Ino), in.attr.Ino, from, func(e Extent) bool {
+		if e.LBlk >= end {
+			return false
+		}
 		if e.End() > from {
+			last = e
 			n++
 		}
 		return n < max
 	})
-	return n, treeErr(err)
-}
-
-// punchFromLocked unmaps in's blocks from file block from on, a few extents
-// per transaction, each with its own reservation from the pool. Every step
-// is consistent on its own: the blocks are past EOF or the inode is an
-// orphan, which mount frees after a crash. in.mu is held, opLock is not.
-func (s *Store) punchFromLocked(in *Inode, from uint64) error {
-	for {
-		var last Extent
-		n := 0
-		err := ascendExtentsLE(s.treeFor(in.attr.Ino), in.attr.Ino, from, func(e Extent) bool {
-			if e.End() > from {
-				last = e
-				n++
-			}
-			return n < freeInline
-		})
-		if err != nil {
-			return treeErr(err)
-		}
-		if n == 0 {
-			return nil
-		}
-		tx, err := s.beginOp(opsPunch+n*opsPerFree, spacePool)
-		if err != nil {
-			return err
-		}
-		tx.punch(in.attr.Ino, from, last.End()-from)
-		err = tx.commit()
-		tx.end()
-		if err != nil {
-			return err
-		}
-		from = last.End()
-	}
+	return n, last, treeErr(err)
 }
 
 // freeOrphanLocked frees in, which has no links and no open handles: its
@@ -540,7 +508,7 @@ func (s *Store) freeOrphanLocked(in *Inode) error {
 		return err
 	}
 	if big {
-		if err := s.punchFromLocked(in, 0); err != nil {
+		if err := s.punchLocked(in, 0, ^uint64(0)); err != nil {
 			return err
 		}
 		if ops, _, err = s.freeCost(in); err != nil {
