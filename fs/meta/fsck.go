@@ -90,19 +90,10 @@ func Fsck(dev backend.Device, opts FsckOptions) (*FsckReport, error) {
 		return nil, fmt.Errorf("filesystem has features %#x/%#x this fsck does not know: %w",
 			sb.Compat, sb.ROCompat, format.ErrNewerFormat)
 	}
-	badCommit := false
 	open := func() *Store {
 		s := newStore(dev, sb, Options{Logger: log}, !opts.Repair)
 		f.s = s
-		s.badCommit = func(err error) {
-			badCommit = f.problem(true, "%v: the journal ends before it", err)
-		}
-		s.lenientFree = true
-		s.beforeReplay = f.reserveInUse
-		s.badAGHeader = func(ag int, err error) {
-			f.badHeader = append(f.badHeader, ag)
-			f.problem(true, "%v: counters recounted from the tree", err)
-		}
+		s.check = f
 		return s
 	}
 	s := open()
@@ -112,7 +103,7 @@ func Fsck(dev backend.Device, opts FsckOptions) (*FsckReport, error) {
 		// A tree node on the way of the load does not verify: start
 		// again from the checkpoint, rebuilding the damaged trees.
 		s.closeCaches()
-		rep.Problems, rep.Fixed, f.badHeader, badCommit = nil, 0, nil, false
+		rep.Problems, rep.Fixed, f.badHeader, f.badCommitSeen = nil, 0, nil, false
 		s = open()
 		h, commits, err = f.loadDamaged(err)
 	}
@@ -146,7 +137,7 @@ func Fsck(dev backend.Device, opts FsckOptions) (*FsckReport, error) {
 			return nil, fmt.Errorf("rewriting superblocks: %w", err)
 		}
 	}
-	if badCommit {
+	if f.badCommitSeen {
 		// The commits after the bad one are still in the journal: start the
 		// sequence far beyond them so replay never reaches any of them.
 		s.j.SkipSeq(1 << 32)
@@ -169,7 +160,22 @@ type fsck struct {
 	fixes  int // repairs that need a checkpoint
 	// badHeader lists the AGs whose header was missing or malformed.
 	badHeader []int
+	// badCommitSeen: the journal ends before a commit that does not decode.
+	badCommitSeen bool
 }
+
+var _ checker = (*fsck)(nil)
+
+func (f *fsck) badCommit(err error) {
+	f.badCommitSeen = f.problem(true, "%v: the journal ends before it", err)
+}
+
+func (f *fsck) badAGHeader(ag int, err error) {
+	f.badHeader = append(f.badHeader, ag)
+	f.problem(true, "%v: counters recounted from the tree", err)
+}
+
+func (f *fsck) beforeReplay() { f.reserveInUse() }
 
 // withdraw takes back the repairs of a -y run that leaves a problem it
 // cannot repair: nothing is written. A checkpoint built over such a

@@ -148,7 +148,7 @@ func (f *fsck) loadDamaged(loadErr error) (*format.CkptHeader, int, error) {
 	if err := s.loadAGs(); err != nil {
 		return nil, 0, err
 	}
-	commits, _, err := s.j.Replay(h, func(*format.Record) error { return nil }, s.badCommit)
+	commits, _, err := s.j.Replay(h, func(*format.Record) error { return nil }, s.badCommitHook())
 	if err != nil {
 		return nil, 0, err
 	}

@@ -111,22 +111,36 @@ type Store struct {
 	stop   chan struct{}
 	stopWG sync.WaitGroup
 
-	// badCommit, set by fsck, hears of a checksum-valid journal commit
-	// whose records do not decode; replay then ends before it instead of
-	// failing.
-	badCommit func(error)
-	// badAGHeader, set by fsck, hears of a missing or malformed AG header;
-	// the AG's counters then start from zero and fsck recounts them.
-	// Without it such a header fails the load.
-	badAGHeader func(ag int, err error)
-	// beforeReplay, set by fsck, runs once the trees and the allocator are
-	// open, before the journal is replayed (replay allocates tree nodes).
-	beforeReplay func()
-	// lenientFree, set by fsck, makes the allocator skip free-space
-	// records that are malformed, out of order or outside their AG's data
-	// area (their blocks count as used) instead of failing the load; fsck
-	// reports them and -y rebuilds the records.
-	lenientFree bool
+	// check is fsck taking part in the load of an image that may be
+	// damaged; nil for a mount.
+	check checker
+}
+
+// checker is how fsck takes part in loading an image (fsck.go): damage a
+// mount fails on is reported to it instead, and it reserves the blocks in
+// use before replay allocates. With a checker the allocator also skips
+// free-space records that are malformed, out of order or outside their
+// AG's data area (their blocks count as used); fsck reports them and -y
+// rebuilds the records.
+type checker interface {
+	// badCommit hears of a checksum-valid journal commit whose records
+	// do not decode; replay then ends before it instead of failing.
+	badCommit(err error)
+	// badAGHeader hears of a missing or malformed AG header; the AG's
+	// counters then start from zero and fsck recounts them.
+	badAGHeader(ag int, err error)
+	// beforeReplay runs once the trees and the allocator are open,
+	// before the journal is replayed (replay allocates tree nodes).
+	beforeReplay()
+}
+
+// badCommitHook is the replay's handler of undecodable commits: the
+// checker's, or none (fail).
+func (s *Store) badCommitHook() func(error) {
+	if s.check == nil {
+		return nil
+	}
+	return s.check.badCommit
 }
 
 type storeStats struct {
@@ -367,8 +381,8 @@ func (s *Store) load(recover bool) (h *format.CkptHeader, commits, records int, 
 	if err := s.rebuildAllocator(); err != nil {
 		return nil, 0, 0, err
 	}
-	if s.beforeReplay != nil {
-		s.beforeReplay()
+	if s.check != nil {
+		s.check.beforeReplay()
 	}
 	if !recover {
 		s.log.Warn("norecovery: the journal is not replayed; changes committed after the last checkpoint are not visible",
@@ -378,7 +392,7 @@ func (s *Store) load(recover bool) (h *format.CkptHeader, commits, records int, 
 	// First pass: keep every block the journal maps away from the tree
 	// nodes that replay allocates. Second pass: apply.
 	var quiet func(error)
-	if s.badCommit != nil {
+	if s.check != nil {
 		quiet = func(error) {} // reported by the second pass
 	}
 	_, _, err = s.j.Replay(h, func(r *format.Record) error {
@@ -391,7 +405,7 @@ func (s *Store) load(recover bool) (h *format.CkptHeader, commits, records int, 
 		return nil, 0, 0, err
 	}
 	var freed []alloc.Extent
-	commits, records, err = s.j.Replay(h, func(r *format.Record) error { return s.apply(r, &freed) }, s.badCommit)
+	commits, records, err = s.j.Replay(h, func(r *format.Record) error { return s.apply(r, &freed) }, s.badCommitHook())
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -437,14 +451,14 @@ func (s *Store) rebuildAllocator() error {
 			}
 			fs, fn, err := format.DecodeFree(k, v)
 			if err != nil {
-				if s.lenientFree {
+				if s.check != nil {
 					return true
 				}
 				derr = err
 				return false
 			}
 			if fs < cursor || fs+fn > agEnd || fs < s.sb.MetaEnd() || fs+fn > s.sb.BackupBlock {
-				if s.lenientFree {
+				if s.check != nil {
 					return true
 				}
 				derr = fmt.Errorf("free extent %d+%d out of order or outside AG %d's data area: %w", fs, fn, ag, format.ErrCorrupt)
@@ -456,7 +470,7 @@ func (s *Store) rebuildAllocator() error {
 			cursor = fs + fn
 			return derr == nil
 		})
-		if err != nil && derr == nil && s.lenientFree {
+		if err != nil && derr == nil && s.check != nil {
 			// A node on the way does not verify: the rest of the AG
 			// counts as used.
 			err = nil

@@ -350,10 +350,10 @@ func (s *Store) loadAGs() error {
 			err = fmt.Errorf("AG %d: %w", ag, err)
 		}
 		if err != nil {
-			if s.badAGHeader == nil {
+			if s.check == nil {
 				return err
 			}
-			s.badAGHeader(ag, err)
+			s.check.badAGHeader(ag, err)
 			h = &format.AGHeader{}
 		}
 		s.agNext[ag].Store(h.NextAgino)
