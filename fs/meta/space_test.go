@@ -2,6 +2,7 @@ package meta
 
 import (
 	"errors"
+	"math/rand/v2"
 	"syscall"
 	"testing"
 )
@@ -170,5 +171,119 @@ func TestFsckRepairOnFullDevice(t *testing.T) {
 	}
 	if rep := mustFsck(t, fd, false); len(rep.Problems) != 0 {
 		t.Fatalf("fsck after repair: %v", rep.Problems)
+	}
+}
+
+// TestFullDeviceRandom runs random operations on a small device kept at
+// the edge of full: every error is ENOSPC (or what the operation may
+// return anyway), the filesystem never shuts down, and the image checks
+// clean. Seeded: the seed is in the test name.
+func TestFullDeviceRandom(t *testing.T) {
+	steps := 3000
+	if testing.Short() {
+		steps = 800
+	}
+	for seed := range uint64(2) {
+		t.Run(itoa(seed), func(t *testing.T) {
+			fd, _ := newTestImage(t, 48<<20, int64(seed))
+			s, err := Open(fd, testOpts())
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := rand.New(rand.NewPCG(seed, 11))
+			dirs := []*Inode{s.Root()}
+			for i := 0; i < 3; i++ {
+				d, err := s.Create(s.Root(), "d"+itoa(uint64(i)), NewInode{Mode: syscall.S_IFDIR | 0o755})
+				if err != nil {
+					t.Fatal(err)
+				}
+				dirs = append(dirs, d)
+			}
+			ok := func(op string, err error, also ...syscall.Errno) {
+				t.Helper()
+				if err == nil || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.EEXIST) {
+					return
+				}
+				for _, e := range also {
+					if errors.Is(err, e) {
+						return
+					}
+				}
+				t.Fatalf("%s: %v (shut down: %v, free %d, room %d)", op, err, s.j.Failed(), s.alloc.FreeBlocks(), s.room())
+			}
+			name := func() string { return "f" + itoa(uint64(r.IntN(300))) }
+			for step := 0; step < steps; step++ {
+				d := dirs[r.IntN(len(dirs))]
+				n := name()
+				switch k := r.IntN(20); {
+				case k < 6:
+					f, err := s.Lookup(d, n)
+					if err != nil {
+						f, err = s.Create(d, n, NewInode{Mode: syscall.S_IFREG | 0o644})
+						ok("create "+n, err)
+						if err != nil {
+							continue
+						}
+					}
+					if !f.IsReg() {
+						continue
+					}
+					// Sometimes large, sometimes fragmenting small writes.
+					ln := 1 + r.IntN(3<<20)
+					if r.IntN(2) == 0 {
+						ln = 1 + r.IntN(8192)
+					}
+					_, err = s.Write(f, make([]byte, ln), int64(r.IntN(8<<20)), WriteOpts{Writeback: r.IntN(2) == 0})
+					ok("write "+n, err)
+				case k < 9:
+					ok("unlink "+n, s.Remove(d, n, false), syscall.EISDIR)
+				case k < 11:
+					if f, err := s.Lookup(d, n); err == nil && f.IsReg() {
+						sz := uint64(r.IntN(4 << 20))
+						ok("truncate "+n, s.Setattr(f, SetAttr{Size: &sz}))
+					}
+				case k < 13:
+					if f, err := s.Lookup(d, n); err == nil {
+						mode := uint32(r.IntN(0o777))
+						ok("chmod "+n, s.Setattr(f, SetAttr{Mode: &mode}))
+					}
+				case k < 15:
+					ok("rename "+n, s.Rename(d, n, dirs[r.IntN(len(dirs))], name(), 0), syscall.EISDIR, syscall.ENOTDIR, syscall.ENOTEMPTY, syscall.EINVAL)
+				case k < 17:
+					if f, err := s.Lookup(d, n); err == nil {
+						if r.IntN(2) == 0 {
+							ok("setxattr "+n, s.Setxattr(f, "user.x", make([]byte, r.IntN(4000)), 0))
+						} else {
+							ok("removexattr "+n, s.Removexattr(f, "user.x"), syscall.ENODATA)
+						}
+					}
+				case k < 18:
+					if f, err := s.Lookup(d, n); err == nil && f.IsReg() {
+						off := int64(r.IntN(4 << 20))
+						mode := uint32(0)
+						if r.IntN(2) == 0 {
+							mode = FallocPunchHole | FallocKeepSize
+						}
+						ok("fallocate "+n, s.Fallocate(f, off, int64(1+r.IntN(1<<20)), mode))
+					}
+				case k < 19:
+					if f, err := s.Lookup(d, n); err == nil {
+						ok("fsync "+n, s.Fsync(f))
+					}
+				default:
+					ok("sync", s.SyncAll())
+				}
+				if s.j.Failed() {
+					t.Fatalf("step %d: the filesystem shut down", step)
+				}
+			}
+			t.Logf("%d steps, free %d blocks, reserve %d, checkpoints %d", steps, s.alloc.FreeBlocks(), s.metaReserve, s.stats.checkpoints.Load())
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if rep := mustFsck(t, fd, false); len(rep.Problems) != 0 {
+				t.Fatalf("fsck: %v", rep.Problems)
+			}
+		})
 	}
 }
