@@ -231,8 +231,12 @@ func (l *Log) Interrupted(f *Found) bool {
 		return false
 	}
 	for _, h := range f.Torn {
-		if h.Seq > f.Header.Seq && h.JournalSeq > l.openTx.Load() {
-			return false // it held commits the journal no longer has
+		// The interrupted checkpoint closed one transaction number that
+		// was never journaled (replay stops at it): its records were
+		// acknowledged to no one before that checkpoint was durable. Past
+		// that, it held commits the journal no longer has.
+		if h.Seq > f.Header.Seq && h.JournalSeq > l.openTx.Load()+1 {
+			return false
 		}
 	}
 	return true
