@@ -201,8 +201,8 @@ type EnumOptions struct {
 }
 
 // CrashStates lists the crash states of a recorded log:
-//   - prefix: before every write or discard, and at the end, everything
-//     issued so far landed in order (every prefix of the log);
+//   - prefix: before every write, discard and flush, and at the end,
+//     everything issued so far landed in order (every prefix of the log);
 //   - torn: the same with the newest write torn at unit granularity (a
 //     prefix of its units, all but its first unit, or a random subset);
 //   - at the end of every flush epoch (before each flush, and at the end of
@@ -241,15 +241,15 @@ func CrashStates(ops []RecOp, opt EnumOptions) []CrashState {
 		if at == len(ops) || ops[at].Kind == RecFlush {
 			endEpoch(at)
 		}
-		if at == len(ops) || ops[at].Kind != RecFlush {
-			out = append(out, CrashState{At: at, Durable: durable, Land: whole(epoch), Variant: "prefix"})
-			if n := len(epoch); n > 0 {
-				last := epoch[n-1]
-				for _, secs := range tearSets(ops[last], opt, rng) {
-					l := whole(epoch[:n-1])
-					l = append(l, Landing{Op: last, Sectors: secs})
-					out = append(out, CrashState{At: at, Durable: durable, Land: l, Variant: "torn"})
-				}
+		// Before a flush too: the same image shows again after it, but
+		// with the marks between the last write and the flush only.
+		out = append(out, CrashState{At: at, Durable: durable, Land: whole(epoch), Variant: "prefix"})
+		if n := len(epoch); n > 0 {
+			last := epoch[n-1]
+			for _, secs := range tearSets(ops[last], opt, rng) {
+				l := whole(epoch[:n-1])
+				l = append(l, Landing{Op: last, Sectors: secs})
+				out = append(out, CrashState{At: at, Durable: durable, Land: l, Variant: "torn"})
 			}
 		}
 		if at == len(ops) {
