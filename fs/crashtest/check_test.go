@@ -358,40 +358,42 @@ func (c *checker) failure(w workload, state, class, detail string) {
 	}
 }
 
+// problem is one failed check of a crash state.
+type problem struct{ class, detail string }
+
 // checkImage runs the checks of one crash image; img is changed (the
-// recovery mount writes to it).
-func (c *checker) checkImage(res *recording, img *faulty.Mem, w window) (class, detail string) {
+// recovery mount writes to it). A problem fsck finds does not stop the
+// mount and the comparison: they may find more.
+func (c *checker) checkImage(res *recording, img *faulty.Mem, w window) []problem {
+	var out []problem
 	rep, err := meta.Fsck(img, meta.FsckOptions{})
 	if err != nil {
-		return "fsck", fmt.Sprintf("fsck -n of the crash image: %v", err)
-	}
-	if len(rep.Problems) > 0 {
-		return "fsck", "fsck -n of the crash image: " + strings.Join(rep.Problems, "; ")
+		out = append(out, problem{"fsck", fmt.Sprintf("fsck -n of the crash image: %v", err)})
+	} else if len(rep.Problems) > 0 {
+		out = append(out, problem{"fsck", "fsck -n of the crash image: " + strings.Join(rep.Problems, "; ")})
 	}
 	s, err := meta.Open(img, storeOpts())
 	if err != nil {
-		return "mount", fmt.Sprintf("mount: %v", err)
+		return append(out, problem{"mount", fmt.Sprintf("mount: %v", err)})
 	}
 	got, err := readState(s)
 	if err != nil {
 		s.Close()
-		return "read", fmt.Sprintf("reading the recovered store: %v", err)
+		return append(out, problem{"read", fmt.Sprintf("reading the recovered store: %v", err)})
 	}
-	cl, d := res.verify(got, w)
-	if err := s.Close(); err != nil && cl == "" {
-		return "unmount", fmt.Sprintf("unmount after recovery: %v", err)
+	if cl, d := res.verify(got, w); cl != "" {
+		out = append(out, problem{cl, d})
 	}
-	if cl != "" {
-		return cl, d
+	if err := s.Close(); err != nil {
+		return append(out, problem{"unmount", fmt.Sprintf("unmount after recovery: %v", err)})
 	}
 	rep, err = meta.Fsck(img, meta.FsckOptions{})
 	if err != nil {
-		return "fsck-recovered", fmt.Sprintf("fsck -n after recovery: %v", err)
+		out = append(out, problem{"fsck-recovered", fmt.Sprintf("fsck -n after recovery: %v", err)})
+	} else if len(rep.Problems) > 0 || rep.Orphans > 0 {
+		out = append(out, problem{"fsck-recovered", fmt.Sprintf("fsck -n after recovery: %d orphans; %s", rep.Orphans, strings.Join(rep.Problems, "; "))})
 	}
-	if len(rep.Problems) > 0 || rep.Orphans > 0 {
-		return "fsck-recovered", fmt.Sprintf("fsck -n after recovery: %d orphans; %s", rep.Orphans, strings.Join(rep.Problems, "; "))
-	}
-	return "", ""
+	return out
 }
 
 // workload runs w and checks every crash state of its recording. It
@@ -431,14 +433,14 @@ func (c *checker) workload(e *env, w workload) bool {
 		if c.recoveryEvery > 0 && c.distinct%c.recoveryEvery == 0 {
 			crashImg = img.Clone()
 		}
-		if cl, d := c.checkImage(res, img, win); cl != "" {
-			c.failure(w, cs.String(), cl, d)
+		probs := c.checkImage(res, img, win)
+		for _, p := range probs {
+			c.failure(w, cs.String(), p.class, p.detail)
 			failed = true
-			continue // one failure per state; go on to the others
 		}
-		if crashImg != nil {
-			if cl, d := c.recoveryCrash(res, crashImg, win); cl != "" {
-				c.failure(w, cs.String()+", then a crash while recovering: "+cl, "recovery-"+cl, d)
+		if crashImg != nil && len(probs) == 0 {
+			for _, p := range c.recoveryCrash(res, crashImg, win) {
+				c.failure(w, cs.String()+", then a crash while recovering", "recovery-"+p.class, p.detail)
 				failed = true
 			}
 		}
@@ -452,14 +454,14 @@ func (c *checker) workload(e *env, w workload) bool {
 // recoveryCrash records the recovery mount (and unmount) of a crash image
 // and checks each of its prefix and torn states with the same oracle: a
 // crash during recovery must lose nothing the first crash kept.
-func (c *checker) recoveryCrash(res *recording, img *faulty.Mem, w window) (class, detail string) {
+func (c *checker) recoveryCrash(res *recording, img *faulty.Mem, w window) []problem {
 	rec := faulty.NewRecorder(img.Clone())
 	s, err := meta.Open(rec, storeOpts())
 	if err != nil {
-		return "mount", fmt.Sprintf("mount: %v", err)
+		return []problem{{"mount", fmt.Sprintf("mount: %v", err)}}
 	}
 	if err := s.Close(); err != nil {
-		return "unmount", fmt.Sprintf("unmount: %v", err)
+		return []problem{{"unmount", fmt.Sprintf("unmount: %v", err)}}
 	}
 	ops := rec.Ops()
 	enum := c.enum
@@ -472,13 +474,16 @@ func (c *checker) recoveryCrash(res *recording, img *faulty.Mem, w window) (clas
 		c.recoveryStates++
 		m, err := rp.Image(cs)
 		if err != nil {
-			return "replay", err.Error()
+			return []problem{{"replay", err.Error()}}
 		}
-		if cl, d := c.checkImage(res, m, w); cl != "" {
-			return cl, fmt.Sprintf("recovery crash state %s: %s", cs, d)
+		if probs := c.checkImage(res, m, w); len(probs) > 0 {
+			for i := range probs {
+				probs[i].detail = fmt.Sprintf("recovery crash state %s: %s", cs, probs[i].detail)
+			}
+			return probs // the first failing state of this recovery is enough
 		}
 	}
-	return "", ""
+	return nil
 }
 
 // report logs the summary line and fails the test on any failure.

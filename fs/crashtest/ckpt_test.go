@@ -70,3 +70,29 @@ func TestCrashCheckpointHeaderOnly(t *testing.T) {
 		t.Errorf("fsync'd file lost: %v", err)
 	}
 }
+
+// TestCrashOracleCatchesLoss makes sure the checks are not vacuous: an
+// image that lost acknowledged writes (the recording's start, judged as
+// if the cut came at its end) must fail them.
+func TestCrashOracleCatchesLoss(t *testing.T) {
+	e := newEnv(t, b3Setup)
+	for _, steps := range [][]op{
+		{{kind: opCreate, path: "A/new"}, {kind: opFsync, path: "A/new"}},
+		{{kind: opWrite, path: "A/foo", off: 1000, n: 100}, {kind: opFsync, path: "A/foo"}},
+		{{kind: opWrite, path: "A/foo", rel: true, n: 100}, {kind: opFdatasync, path: "A/foo"}},
+		{{kind: opSetxattr, path: "A/foo", name: "user.a", val: "1"}, {kind: opSync}},
+	} {
+		res, err := e.run(workload{steps: steps})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := newChecker(t, b3Enum())
+		probs := c.checkImage(res, e.img.Clone(), res.windowAt(len(res.ops)))
+		if len(probs) == 0 {
+			t.Errorf("%v: losing it all went unnoticed", workload{steps: steps})
+		}
+		for _, p := range probs {
+			t.Logf("%v: %s: %s", workload{steps: steps}, p.class, p.detail)
+		}
+	}
+}
