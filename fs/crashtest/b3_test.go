@@ -145,27 +145,36 @@ func b3Walk(base *state, n int, fn func(i int, steps []op) bool) int {
 	return i
 }
 
-// b3Select picks the workloads a run checks: all of length 1; of length 2
-// and 3, every stride-th (deterministically). STREAMFS_CRASH_FULL=1 checks
-// every length-2 workload and STREAMFS_CRASH_SEQ3_STRIDE sets the length-3
-// stride; STREAMFS_CRASH_WORKLOAD=b3:LEN:INDEX checks one workload.
-func b3Select(t *testing.T) (stride2, stride3 int, only string) {
-	stride2, stride3 = 61, 9973
+// b3Select picks the workloads a run checks: every stride-th of each
+// length (deterministically). The default strides keep the test within a
+// few minutes under -race on a busy two-core machine (-short: less);
+// STREAMFS_CRASH_FULL=1 checks every workload of length 1 and 2 and a
+// 1/211 sample of length 3. STREAMFS_CRASH_STRIDE1, _STRIDE2 and _STRIDE3
+// set the strides (0 skips the length); STREAMFS_CRASH_WORKLOAD=b3:LEN:INDEX
+// checks one workload.
+func b3Select(t *testing.T) (strides [4]int, only string) {
+	strides = [4]int{0, 2, 1601, 196613}
 	if testing.Short() {
-		stride2, stride3 = 307, 99991
+		strides = [4]int{0, 5, 0, 0}
 	}
-	if os.Getenv("STREAMFS_CRASH_FULL") == "1" {
-		stride2, stride3 = 1, 211
+	if full() {
+		strides = [4]int{0, 1, 1, 211}
 	}
-	if v := os.Getenv("STREAMFS_CRASH_SEQ3_STRIDE"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("STREAMFS_CRASH_SEQ3_STRIDE=%q: want a positive number", v)
+	for n := 1; n <= 3; n++ {
+		name := fmt.Sprintf("STREAMFS_CRASH_STRIDE%d", n)
+		if s := os.Getenv(name); s != "" {
+			v, err := strconv.Atoi(s)
+			if err != nil || v < 0 {
+				t.Fatalf("%s=%q: want a number >= 0", name, s)
+			}
+			strides[n] = v
 		}
-		stride3 = n
 	}
-	return stride2, stride3, os.Getenv("STREAMFS_CRASH_WORKLOAD")
+	return strides, os.Getenv("STREAMFS_CRASH_WORKLOAD")
 }
+
+// full reports whether the full sets were asked for.
+func full() bool { return os.Getenv("STREAMFS_CRASH_FULL") == "1" }
 
 func b3Enum() faulty.EnumOptions {
 	return faulty.EnumOptions{MaxTears: 4, AllSubsets: 4, Subsets: 8, Seed: 1}
@@ -179,17 +188,17 @@ func TestCrashB3(t *testing.T) {
 	if a, b := e.st.ns["A"], e.st.ns["B"]; alloc.InoAG(a) == alloc.InoAG(b) {
 		t.Fatalf("directories A (%d) and B (%d) share an AG: the cross-AG cases would not be", a, b)
 	}
-	stride2, stride3, only := b3Select(t)
+	strides, only := b3Select(t)
 	c := newChecker(t, b3Enum())
 	c.repro = func(w workload) string {
 		return fmt.Sprintf("STREAMFS_CRASH_WORKLOAD=%s go test -run TestCrashB3 ./fs/crashtest/", w.id)
 	}
 	counts := map[int]int{}
 	for n := 1; n <= 3; n++ {
-		if n == 3 && stride3 == 0 {
-			break
+		stride := strides[n]
+		if stride == 0 && only == "" {
+			continue
 		}
-		stride := map[int]int{1: 1, 2: stride2, 3: stride3}[n]
 		total := b3Walk(e.st, n, func(i int, steps []op) bool {
 			id := fmt.Sprintf("b3:%d:%d", n, i)
 			if (only == "" && i%stride == 0) || only == id {
