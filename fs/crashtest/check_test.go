@@ -338,6 +338,7 @@ type checker struct {
 	// recorded too and its own crash states checked (a crash while
 	// recovering).
 	recoveryEvery int
+	recoveryMax   int // crash states checked per recorded recovery; 0: all
 	// fsckEvery: fsck -n runs on every so many crash images before their
 	// recovery (1: all; it costs as much as the mount). After recovery it
 	// runs on all of them.
@@ -485,10 +486,21 @@ func (c *checker) recoveryCrash(res *recording, img *faulty.Mem, w window) []pro
 	enum := c.enum
 	enum.TearUnit, enum.AllSubsets, enum.Subsets = sector, 0, 2
 	rp := faulty.NewReplayer(img, ops, sector)
+	var states []faulty.CrashState
 	for _, cs := range faulty.CrashStates(ops, enum) {
-		if cs.Variant == "drop" || cs.Variant == "single" {
-			continue
+		if cs.Variant != "drop" && cs.Variant != "single" {
+			states = append(states, cs)
 		}
+	}
+	if c.recoveryMax > 0 && len(states) > c.recoveryMax {
+		// An even spread, in order (the Replayer builds forward).
+		picked := make([]faulty.CrashState, c.recoveryMax)
+		for i := range picked {
+			picked[i] = states[i*len(states)/c.recoveryMax]
+		}
+		states = picked
+	}
+	for _, cs := range states {
 		c.recoveryStates++
 		m, err := rp.Image(cs)
 		if err != nil {

@@ -152,9 +152,9 @@ func envInt(t *testing.T, name string, def int64) int64 {
 // and STREAMFS_CRASH_STEPS size it.
 func TestCrashRandom(t *testing.T) {
 	seed := envInt(t, "STREAMFS_CRASH_SEED", time.Now().UnixNano())
-	defRounds, defSteps := int64(3), int64(30)
+	defRounds, defSteps := int64(2), int64(20)
 	if testing.Short() {
-		defRounds, defSteps = 2, 20
+		defRounds, defSteps = 2, 12
 	}
 	rounds := int(envInt(t, "STREAMFS_CRASH_ROUNDS", defRounds))
 	steps := int(envInt(t, "STREAMFS_CRASH_STEPS", defSteps))
@@ -163,7 +163,10 @@ func TestCrashRandom(t *testing.T) {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0xc4a5))
 	e := newEnv(t, []op{{kind: opMkdir, path: "d0"}, {kind: opMkdir, path: "d1"}, {kind: opCreate, path: "d0/f0"}})
 	c := newChecker(t, faulty.EnumOptions{MaxTears: 3, AllSubsets: 3, Subsets: 4, Seed: uint64(seed)})
-	c.recoveryEvery = 23
+	c.recoveryEvery, c.recoveryMax = 20, 6
+	if full() {
+		c.recoveryEvery, c.recoveryMax = 7, 0
+	}
 	c.repro = func(w workload) string {
 		return fmt.Sprintf("STREAMFS_CRASH_SEED=%d STREAMFS_CRASH_ROUNDS=%d STREAMFS_CRASH_STEPS=%d go test -run TestCrashRandom ./fs/crashtest/", seed, rounds, steps)
 	}
