@@ -153,9 +153,10 @@ func b3Walk(base *state, n int, fn func(i int, steps []op) bool) int {
 // set the strides (0 skips the length); STREAMFS_CRASH_WORKLOAD=b3:LEN:INDEX
 // checks one workload.
 func b3Select(t *testing.T) (strides [4]int, only string) {
-	strides = [4]int{0, 4, 3203, 294467}
+	strides = [4]int{0, 1, 97, 29447}
 	if testing.Short() {
-		strides = [4]int{0, 7, 0, 0}
+		// What CI runs: every single operation, a spread of pairs.
+		strides = [4]int{0, 2, 211, 0}
 	}
 	if full() {
 		strides = [4]int{0, 1, 1, 211}
