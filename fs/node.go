@@ -267,7 +267,14 @@ func (n *Node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 	// With HANDLE_KILLPRIV_V2 the kernel asks us to drop setuid/setgid.
 	a.KillSUID = in.Valid&fuse.FATTR_KILL_SUIDGID != 0
 	if err := n.fs.Store.Setattr(n.in, a); err != nil {
-		return errno(err)
+		// With the writeback cache the kernel writes an inode's cached
+		// times back after its last close, also when the file was just
+		// unlinked and freed; an error here would surface as a false
+		// failure of the next syncfs(2). Times of a file that is gone
+		// have nowhere to go: accept them.
+		if !errors.Is(err, syscall.ENOENT) || !onlyTimes(in.Valid) {
+			return errno(err)
+		}
 	}
 	fillAttr(n.fs, n.in, &out.Attr)
 	// go-fuse leaves a SETATTR reply's validity at 0, which made the kernel
@@ -275,6 +282,14 @@ func (n *Node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 	// utimes — one more round trip per `touch`.
 	out.SetTimeout(cacheTimeout)
 	return 0
+}
+
+// onlyTimes reports whether a SETATTR's valid bits carry nothing but
+// times (and the handle or lock owner they came through).
+func onlyTimes(valid uint32) bool {
+	const times = fuse.FATTR_ATIME | fuse.FATTR_MTIME | fuse.FATTR_CTIME |
+		fuse.FATTR_ATIME_NOW | fuse.FATTR_MTIME_NOW | fuse.FATTR_FH | fuse.FATTR_LOCKOWNER
+	return valid&^times == 0
 }
 
 // Lookup implements gofs.NodeLookuper.
