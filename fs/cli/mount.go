@@ -447,6 +447,18 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 	if err := checkMountpoint(mnt); err != nil {
 		return err
 	}
+	// A rule naming a stream the filesystem does not have stops the mount
+	// before the store opens (and logs "mounted"); the allocator's count,
+	// checked again after the open, is the same rule.
+	if sb, _, err := meta.ReadSuper(dev); err == nil {
+		n := dev.MaxStreams()
+		if n == 0 {
+			_, n = alloc.SoftwareStreams(sb.AGCount)
+		}
+		if err := o.rules.Check(n); err != nil {
+			return fmt.Errorf("-o stream_rules: %w", err)
+		}
+	}
 	// The node cache bounds the metadata in memory; tell the Go runtime
 	// too, so garbage is collected before the heap grows far past it.
 	cache := o.cacheBytes
