@@ -177,7 +177,7 @@ func TestFsckReportsDamagedStructures(t *testing.T) {
 		"checkpoint slot 1": func(p string) { corruptAt(t, p, int64(sb.CkptStart+sb.CkptBlocks)*bs+9, []byte{0xff}) },
 	}
 	for i, b := range blks {
-		if i%max(1, len(blks)/6) != 0 {
+		if i%max(1, len(blks)/sized(6, 3)) != 0 {
 			continue
 		}
 		blk := b
@@ -398,7 +398,7 @@ func TestFsckRebuildsDamagedTrees(t *testing.T) {
 	sb, blks, before := imageLayout(t, base)
 	bs := int64(sb.BlockSize)
 	for i, blk := range blks {
-		if i%max(1, len(blks)/8) != 0 {
+		if i%max(1, len(blks)/sized(8, 4)) != 0 {
 			continue
 		}
 		t.Run("node_"+itoa(blk), func(t *testing.T) {

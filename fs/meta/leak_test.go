@@ -10,7 +10,7 @@ import (
 // with an fsck after every Close: a clean unmount must leave no leaked
 // blocks.
 func TestCloseLeavesNoLeak(t *testing.T) {
-	n := int(scaleEnvInt("STREAMFS_LEAK_FILES", 10000))
+	n := int(scaleEnvInt("STREAMFS_LEAK_FILES", sized[int64](10000, 2000)))
 	dev := newPlainImage(t, "", 32<<30, 4)
 	fsck := func(when string) {
 		t.Helper()
