@@ -74,6 +74,7 @@ func TestFTLModelMounted(t *testing.T) {
 	for path, want := range map[string][2]string{
 		m.path("a.log"): {"1", "rule"}, cold + "/b.log": {"1", "rule"},
 		cold + "/c.dat": {"3", "directory"}, m.path("d.dat"): {"0", "none"},
+		cold: {"3", "set"}, m.dir: {"0", "none"},
 	} {
 		out := streamfs(t, "stream", "get", path)
 		if !hasLine(out, "Current stream ID: "+want[0]) || !hasLine(out, "Stream source: "+want[1]) {
