@@ -5,12 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
-	"slices"
-	"strconv"
-	"strings"
-	"syscall"
 
 	"github.com/streamfs/streamfs/backend"
 	"github.com/streamfs/streamfs/fs/meta"
@@ -53,7 +47,7 @@ func Fsck(args []string, stdout, stderr io.Writer) int {
 		return meta.FsckOperational
 	}
 	if mounted, _ := backend.IsMounted(path); mounted {
-		if dead := deadMounts(path); len(dead) > 0 {
+		if live, dead := streamfsMounts(path); len(live) == 0 && len(dead) > 0 {
 			fmt.Fprintf(stderr, "streamfs fsck: %s is still mounted on %s, a dead FUSE mount (its daemon died); clear it with: umount -l %s\n",
 				path, dead[0], dead[0])
 		} else {
@@ -100,54 +94,4 @@ func Fsck(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s: %d errors left uncorrected%s\n", path, left, hint)
 	}
 	return code
-}
-
-// deadMounts returns the mount points of path's streamfs mounts whose
-// daemon is gone (the kernel answers ENOTCONN there), when every one of
-// them is: a live mount among them means path really is in use.
-func deadMounts(path string) []string {
-	abs, err := absPath(path)
-	if err != nil {
-		return nil
-	}
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	var dead []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		sep := slices.Index(f, "-")
-		if sep < 5 || sep+2 >= len(f) || !strings.HasPrefix(f[sep+1], "fuse.streamfs") ||
-			filepath.Clean(unescapeOctal(f[sep+2])) != filepath.Clean(abs) {
-			continue
-		}
-		mnt := unescapeOctal(f[4])
-		d, err := os.Open(mnt)
-		if err == nil {
-			d.Close()
-			return nil // a live mount
-		}
-		if !errors.Is(err, syscall.ENOTCONN) {
-			return nil
-		}
-		dead = append(dead, mnt)
-	}
-	return dead
-}
-
-// unescapeOctal undoes /proc's octal escapes (\040 for a space).
-func unescapeOctal(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

@@ -439,6 +439,11 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 		Warn: func(msg string) { log.Warn(msg) }}, stderr, "mount")
 	if err != nil {
 		if errors.Is(err, backend.ErrBusy) {
+			// Mounted already: a second view of the same filesystem, as the
+			// kernel gives for a block device mounted twice.
+			if live, _ := streamfsMounts(path); len(live) > 0 {
+				return secondView(path, live[0], mnt, o, log, ready)
+			}
 			return fmt.Errorf("%s is already mounted by another streamfs (or otherwise in use): %w", path, err)
 		}
 		return err
@@ -524,6 +529,32 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 	close(sig)
 	if err := store.Close(); err != nil {
 		return err
+	}
+	return nil
+}
+
+// secondView mounts the filesystem that from already shows on mnt too: a
+// bind mount, served by the daemon of the first mount, with this mount's
+// own ro, suid, dev, exec and atime flags. The daemon's options (placement,
+// commit, ...) stay those of the first mount; it exits once the last view
+// is unmounted.
+func secondView(path, from, mnt string, o mountOpts, log *zap.Logger, ready func(error)) error {
+	if err := checkMountpoint(mnt); err != nil {
+		return err
+	}
+	if err := syscall.Mount(from, mnt, "", syscall.MS_BIND, ""); err != nil {
+		return fmt.Errorf("%s is mounted on %s; a second view at %s: bind mount: %w", path, from, mnt, err)
+	}
+	flags := syscall.MS_BIND | syscall.MS_REMOUNT | sfs.MountFlags(sfs.MountOptions{ReadOnly: o.ro,
+		NoSuid: o.noSuid, NoDev: o.noDev, NoExec: o.noExec, Atime: o.atime})
+	if err := syscall.Mount("", mnt, "", flags, ""); err != nil {
+		_ = syscall.Unmount(mnt, syscall.MNT_DETACH)
+		return fmt.Errorf("%s is mounted on %s; a second view at %s: mount flags: %w", path, from, mnt, err)
+	}
+	log.Info("mounted a second view of the mounted filesystem", zap.String("device", path),
+		zap.String("mountpoint", mnt), zap.String("first_mount", from), zap.Bool("read_only", o.ro))
+	if ready != nil {
+		ready(nil)
 	}
 	return nil
 }
