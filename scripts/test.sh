@@ -45,7 +45,8 @@ for pkg in $(go list ./... | grep -v /fs/integration); do
 	echo "-- $pkg"
 	heartbeat "$pkg"
 	status=0
-	go test -race -short -count=1 -timeout 20m -v "$pkg" >"$unit_log" 2>&1 &
+	: >"$unit_log" # emptied before tail starts reading it
+	go test -race -short -count=1 -timeout 20m -v "$pkg" >>"$unit_log" 2>&1 &
 	test_pid=$!
 	# Top-level results as they come (subtests and logs stay in the log).
 	tail -n +1 -f --pid=$test_pid "$unit_log" | grep --line-buffered -E '^(--- (PASS|FAIL|SKIP)|panic:)' || true

@@ -60,7 +60,7 @@ func TestCloseLeavesNoLeak(t *testing.T) {
 	st, _ = s.Lookup(s.Root(), "storm")
 	wal := mk(a, "wal", syscall.S_IFREG|0o644)
 	buf := make([]byte, 4096)
-	for i := 0; i < 4096; i++ {
+	for i := 0; i < sized(4096, 1024); i++ {
 		if _, err := s.Write(wal, buf, int64(i)*4096, WriteOpts{}); err != nil {
 			t.Fatal(err)
 		}
