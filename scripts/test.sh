@@ -37,7 +37,7 @@ trap stop_heartbeat EXIT
 
 # One package at a time, each test's result as it finishes; -short scales
 # the randomized and large tests down (scripts/soak.sh runs them at full
-# size). A failing package's full output is printed.
+# size). A failing package's output is printed, less its passing tests.
 echo "== unit tests (-race -short), one package at a time"
 unit_log=$(mktemp /tmp/streamfs-unit.XXXXXX.log)
 for pkg in $(go list ./... | grep -v /fs/integration); do
