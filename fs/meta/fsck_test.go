@@ -2,11 +2,14 @@ package meta
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/streamfs/streamfs/backend"
 	"github.com/streamfs/streamfs/backend/faulty"
@@ -79,14 +82,45 @@ func openImage(t *testing.T, path string) *faulty.Device {
 	return fd
 }
 
+// copyFile copies the image src, keeping it sparse: only its data
+// regions are written (SEEK_DATA/SEEK_HOLE), so a copy of a mostly empty
+// 64 MiB image does not make the next device flush write 64 MiB.
 func copyFile(t *testing.T, src string) string {
 	t.Helper()
-	b, err := os.ReadFile(src)
+	in, err := os.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	st, err := in.Stat()
 	if err != nil {
 		t.Fatal(err)
 	}
 	dst := t.TempDir() + "/img"
-	if err := os.WriteFile(dst, b, 0o644); err != nil {
+	out, err := os.Create(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	if err := out.Truncate(st.Size()); err != nil {
+		t.Fatal(err)
+	}
+	fd := int(in.Fd())
+	for off := int64(0); off < st.Size(); {
+		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
+		if err != nil { // ENXIO: no data after off
+			break
+		}
+		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.Copy(io.NewOffsetWriter(out, data), io.NewSectionReader(in, data, hole-data)); err != nil {
+			t.Fatal(err)
+		}
+		off = hole
+	}
+	if err := out.Close(); err != nil {
 		t.Fatal(err)
 	}
 	return dst
