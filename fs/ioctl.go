@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
@@ -236,6 +237,9 @@ func (n *Node) query(input, output []byte) syscall.Errno {
 		doc, err = statsDoc(n.fs)
 	case ioctl.QueryInfo:
 		doc, err = infoDoc(n.fs.Store)
+	case ioctl.QueryStream:
+		a := n.in.Attr()
+		doc, err = json.Marshal(StreamDoc{Stream: a.Stream, StreamSource: StreamSourceName(a.StreamSrc)})
 	default:
 		return syscall.EINVAL
 	}

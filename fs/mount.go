@@ -61,9 +61,7 @@ func Mount(f *FS, mountpoint string, o MountOptions) (*fuse.Server, error) {
 		ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_ASYNC_DIO | fuse.CAP_IOCTL_DIR |
 			fuse.CAP_DIRECT_IO_ALLOW_MMAP | fuse.CAP_EXPORT_SUPPORT | fuse.CAP_WRITEBACK_CACHE,
 	}
-	if o.Debug && f.Log != nil {
-		mo.Logger = log.New(&zapWriter{f.Log}, "", 0)
-	}
+	mo.Logger = f.fuseLogger()
 	opts := &gofs.Options{
 		MountOptions:    mo,
 		AttrTimeout:     &timeout,
@@ -151,6 +149,17 @@ func MountFlags(o MountOptions) uintptr {
 
 // zapWriter sends go-fuse's debug trace to the logger, one entry a line
 // (go-fuse's lines end in a newline that would show as a blank line).
+// fuseLogger routes go-fuse's own log lines (its debug trace, and notes
+// such as a read too large to splice) into the daemon's log at debug
+// level, whether or not -o debug is on: left to go-fuse they went raw to
+// stderr, hundreds of them in a run.
+func (f *FS) fuseLogger() *log.Logger {
+	if f.Log == nil {
+		return nil
+	}
+	return log.New(&zapWriter{f.Log}, "", 0)
+}
+
 type zapWriter struct{ l *zap.Logger }
 
 func (w *zapWriter) Write(p []byte) (int, error) {

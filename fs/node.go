@@ -264,10 +264,29 @@ func (n *Node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 		v := t.UnixNano()
 		a.Ctime = &v
 	}
+	// The kernel stamps mtime with its coarse clock, up to a tick behind
+	// the daemon's: the first mtime it writes back for a new file can be
+	// a little before the atime the daemon gave it at create, and relatime
+	// would then skip the first read. A never-read file's atime follows
+	// the kernel's clock down; a deliberate older time (touch -m -d) is
+	// further back than any clock tick and leaves atime alone.
+	if a.Mtime != nil && a.Atime == nil {
+		cur := n.in.Attr()
+		if d := cur.Atime - *a.Mtime; cur.Atime == cur.Btime && d > 0 && d <= int64(kernelClockLag) {
+			a.Atime = a.Mtime
+		}
+	}
 	// With HANDLE_KILLPRIV_V2 the kernel asks us to drop setuid/setgid.
 	a.KillSUID = in.Valid&fuse.FATTR_KILL_SUIDGID != 0
 	if err := n.fs.Store.Setattr(n.in, a); err != nil {
-		return errno(err)
+		// With the writeback cache the kernel writes an inode's cached
+		// times back after its last close, also when the file was just
+		// unlinked and freed; an error here would surface as a false
+		// failure of the next syncfs(2). Times of a file that is gone
+		// have nowhere to go: accept them.
+		if !errors.Is(err, syscall.ENOENT) || !onlyTimes(in.Valid) {
+			return errno(err)
+		}
 	}
 	fillAttr(n.fs, n.in, &out.Attr)
 	// go-fuse leaves a SETATTR reply's validity at 0, which made the kernel
@@ -275,6 +294,18 @@ func (n *Node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 	// utimes — one more round trip per `touch`.
 	out.SetTimeout(cacheTimeout)
 	return 0
+}
+
+// kernelClockLag bounds how far the kernel's coarse clock (one tick, at
+// most 10 ms at HZ=100) trails the daemon's, with room for scheduling.
+const kernelClockLag = time.Second
+
+// onlyTimes reports whether a SETATTR's valid bits carry nothing but
+// times (and the handle or lock owner they came through).
+func onlyTimes(valid uint32) bool {
+	const times = fuse.FATTR_ATIME | fuse.FATTR_MTIME | fuse.FATTR_CTIME |
+		fuse.FATTR_ATIME_NOW | fuse.FATTR_MTIME_NOW | fuse.FATTR_FH | fuse.FATTR_LOCKOWNER
+	return valid&^times == 0
 }
 
 // Lookup implements gofs.NodeLookuper.

@@ -60,6 +60,13 @@ type BmapDoc struct {
 	StreamSource string `json:"stream_source"`
 }
 
+// StreamDoc is a file's or directory's stream and where it came from, as
+// in BmapDoc.
+type StreamDoc struct {
+	Stream       uint32 `json:"stream"`
+	StreamSource string `json:"stream_source"`
+}
+
 // StreamSourceName names a format.StreamSrc value.
 func StreamSourceName(src uint8) string {
 	switch src {

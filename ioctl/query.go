@@ -17,6 +17,9 @@ const (
 	QueryBmap  uint32 = 1 // extents of the file the descriptor refers to
 	QueryStats uint32 = 2 // allocator and stream statistics of the mount
 	QueryInfo  uint32 = 3 // geometry of the mounted filesystem
+	// QueryStream is the stream of any file or directory and where it came
+	// from (bmap's document holds it too, but only for regular files).
+	QueryStream uint32 = 4
 )
 
 // STREAMFS_IOC_QUERY = _IOWR('S', 1, 4096).

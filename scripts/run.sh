@@ -2,8 +2,9 @@
 # Sets up and runs streamfs on its default image, in the foreground:
 #   - installs fuse3 if missing (Debian/Ubuntu, as root),
 #   - builds the streamfs binary and installs it as
-#     ${STREAMFS_BINDIR:-/usr/local/bin}/streamfs, on root's PATH, so the
-#     README's commands and mount -t fuse.streamfs work as typed,
+#     ${STREAMFS_BINDIR:-/usr/local/bin}/streamfs, on root's PATH and in
+#     the directories mount(8) searches, so the README's commands and
+#     mount -t fuse.streamfs work as typed,
 #   - creates and formats the default image on first run:
 #       ${STREAMFS_IMAGE:-/var/tmp/streamfs/default.img} (4 GiB, sparse),
 #   - mounts it on ${STREAMFS_MNT:-/mnt/streamfs}.
@@ -43,13 +44,24 @@ mkdir -p "$(dirname "$IMG")" "$BINDIR" "$MNT"
 echo "streamfs: building (the first build downloads modules and takes a minute)..."
 go build -o "$BIN.new" . && mv -f "$BIN.new" "$BIN"
 echo "streamfs: installed $BIN ($("$BIN" version))"
+# mount(8) runs mount.fuse3 with no PATH of its own, and mount.fuse3 then
+# finds the streamfs helper only in the shell's default directories.
+mount_path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+case ":$mount_path:" in
+*":$BINDIR:"*) ;;
+*) echo "streamfs: note: mount -t fuse.streamfs finds the binary only in $mount_path, not in $BINDIR" ;;
+esac
+try="streamfs stream max $MNT"
 case ":$PATH:" in
 *":$BINDIR:"*) ;;
-*) echo "streamfs: note: $BINDIR is not on your PATH; run it as $BIN" ;;
+*)
+	echo "streamfs: note: $BINDIR is not on your PATH; run it as $BIN"
+	try="$BIN stream max $MNT"
+	;;
 esac
 if [ ! -e "$IMG" ]; then
 	echo "streamfs: formatting $IMG ($SIZE, sparse)"
 	"$BIN" mkfs --size "$SIZE" "$IMG"
 fi
-echo "streamfs: mounting $IMG on $MNT (try: streamfs stream max $MNT; Ctrl-C unmounts)"
+echo "streamfs: mounting $IMG on $MNT (try: $try; Ctrl-C unmounts)"
 exec "$BIN" mount "$IMG" "$MNT"

@@ -6,6 +6,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+if [ -x scripts/fdp/run.sh ] && [ "${STREAMFS_SKIP_FDP:-0}" != 1 ]; then
+	echo "note: the last stage (emulated FDP) may add the bookworm-backports apt source, install"
+	echo "      QEMU and keep ~300 MB in \${STREAMFS_FDP_WORK:-/var/tmp/streamfs-fdp}; STREAMFS_SKIP_FDP=1 skips it"
+fi
+
 echo "== gofmt / go vet"
 unformatted=$(gofmt -l . | grep -v '^scripts/' || true)
 if [ -n "$unformatted" ]; then
@@ -13,8 +18,49 @@ if [ -n "$unformatted" ]; then
 fi
 go vet ./...
 
-echo "== unit tests (-race)"
-go test -race -count=1 -timeout 20m $(go list ./... | grep -v /fs/integration)
+# heartbeat prints a line every minute while a long stage runs, so a
+# silent test never looks like a hung run; stop it with stop_heartbeat.
+heartbeat_pid=
+heartbeat() {
+	local what=$1 start=$SECONDS
+	( while sleep 60 >/dev/null 2>&1 </dev/null; do echo "   ... $what: $(((SECONDS - start) / 60)) min"; done ) &
+	heartbeat_pid=$!
+}
+stop_heartbeat() {
+	if [ -n "$heartbeat_pid" ]; then
+		kill "$heartbeat_pid" 2>/dev/null || true
+		wait "$heartbeat_pid" 2>/dev/null || true
+		heartbeat_pid=
+	fi
+}
+trap stop_heartbeat EXIT
+
+# One package at a time, each test's result as it finishes; -short scales
+# the randomized and large tests down (scripts/soak.sh runs them at full
+# size). A failing package's output is printed, less its passing tests.
+echo "== unit tests (-race -short), one package at a time"
+unit_log=$(mktemp /tmp/streamfs-unit.XXXXXX.log)
+for pkg in $(go list ./... | grep -v /fs/integration); do
+	start=$SECONDS
+	echo "-- $pkg"
+	heartbeat "$pkg"
+	status=0
+	: >"$unit_log" # emptied before tail starts reading it
+	go test -race -short -count=1 -timeout 20m -v "$pkg" >>"$unit_log" 2>&1 &
+	test_pid=$!
+	# Top-level results as they come (subtests and logs stay in the log).
+	tail -n +1 -f --pid=$test_pid "$unit_log" | grep --line-buffered -E '^(--- (PASS|FAIL|SKIP)|panic:)' || true
+	wait $test_pid || status=$?
+	stop_heartbeat
+	if [ $status -ne 0 ]; then
+		grep -vE '^[[:space:]]*(=== (RUN|PAUSE|CONT|NAME)|--- PASS)' "$unit_log" | tail -300
+		echo "FAIL $pkg ($((SECONDS - start)) s)"
+		rm -f "$unit_log"
+		exit 1
+	fi
+	echo "ok   $pkg ($((SECONDS - start)) s)"
+done
+rm -f "$unit_log"
 
 echo "== fuzz (short)"
 FUZZTIME=${FUZZTIME:-5s} bash scripts/fuzz.sh
@@ -23,7 +69,9 @@ echo "== integration tests (real FUSE mounts)"
 # A private log file: concurrent runs must not share one.
 log=$(mktemp /tmp/streamfs-integration.XXXXXX.log)
 echo "(full log: $log)"
+heartbeat "integration tests"
 go test -count=1 -timeout 30m -v ./fs/integration/ 2>&1 | tee "$log" | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)' || true
+stop_heartbeat
 grep -qE '^ok ' "$log" || { tail -100 "$log"; exit 1; }
 rm -f "$log"
 

@@ -22,58 +22,131 @@ const (
 	exitUsage = 2
 )
 
-const usageText = `usage: streamfs COMMAND [ARGS]
+// commandOrder lists the commands as usage shows them.
+var commandOrder = []string{"mkfs", "mount", "info", "fsck", "stream", "bmap", "stats", "version", "help"}
 
-commands:
-  mkfs [--size SIZE] [--ag-count N] [--block-size 4096] [-L LABEL] [-f|--force] PATH
-  mount [-o OPTIONS] PATH MOUNTPOINT
-  info [--json] PATH|MOUNTPOINT
-  fsck [-n] [-y|-p] [-f] PATH
-  stream max|get|set PATH [ID]
-  bmap [-v] [--json] FILE
-  stats [--json] MOUNTPOINT
-  version
-  help [COMMAND]
-  PATH MOUNTPOINT [-o OPTIONS]     (mount helper form, used by mount -t fuse.streamfs)
+// synopsis is each command's usage line after "streamfs ". The usage text,
+// each --help and the usage errors print it; the README repeats it (a
+// test compares them).
+var synopsis = map[string]string{
+	"mkfs":    "mkfs [--size SIZE] [--ag-count N] [--block-size 4096] [-L LABEL] [--backend KIND] [--ftl GEOMETRY] [-f|--force] PATH",
+	"mount":   "mount [-o OPTIONS] PATH MOUNTPOINT",
+	"info":    "info [--json] PATH|MOUNTPOINT",
+	"fsck":    "fsck [-n] [-y|-p] [-f] [--backend KIND] PATH",
+	"stream":  "stream max|get|set PATH [ID]",
+	"bmap":    "bmap [-v] [--json] FILE",
+	"stats":   "stats [--json | --interval SECONDS [--count N]] MOUNTPOINT",
+	"version": "version",
+	"help":    "help [COMMAND]",
+}
 
-streamfs help COMMAND (or streamfs COMMAND --help) describes one command.
-`
+// helperSynopsis is the mount helper form mount.fuse3 runs.
+const helperSynopsis = "PATH MOUNTPOINT -o OPTIONS"
 
-// commandHelp is each command's --help text.
-var commandHelp = map[string]string{
-	"mkfs": `usage: streamfs mkfs [--size SIZE] [--ag-count N] [--block-size 4096] [-L LABEL] [-f|--force] [--backend KIND] PATH
-Formats a device or image file. A missing PATH is created as a sparse image
-of --size (K, M, G, T suffixes); a failed mkfs removes the file it created.
-  --size SIZE        image size (refused for a block device)
-  --ag-count N       allocation groups (default: like mkfs.xfs)
-  --block-size N     block size, a power of two from 512 to 65536 (4096)
-  -L LABEL           filesystem label
-  -f, --force        overwrite an existing filesystem, or resize an image
-  --backend KIND     file, block or nvme (default: by what PATH is)
+// usageText is `streamfs help`.
+var usageText = func() string {
+	var b strings.Builder
+	b.WriteString("usage: streamfs COMMAND [ARGS]\n\ncommands:\n")
+	for _, c := range commandOrder {
+		b.WriteString("  " + synopsis[c] + "\n")
+	}
+	b.WriteString("  " + helperSynopsis + "     (mount helper form, used by mount -t fuse.streamfs)\n")
+	b.WriteString("\nstreamfs help COMMAND (or streamfs COMMAND --help) describes one command.\n")
+	return b.String()
+}()
+
+// usageLine is the one-line usage a command prints on a bad command line.
+func usageLine(cmd string) string { return "usage: streamfs " + synopsis[cmd] }
+
+// flagCommands build their flag sets here, so that the parser and the
+// help text read the same definitions.
+var flagCommands = map[string]func(stderr io.Writer) *flag.FlagSet{
+	"mkfs":  func(w io.Writer) *flag.FlagSet { f, _ := mkfsFlags(w); return f },
+	"info":  func(w io.Writer) *flag.FlagSet { f, _ := infoFlags(w); return f },
+	"fsck":  func(w io.Writer) *flag.FlagSet { f, _, _, _ := fsckFlags(w); return f },
+	"bmap":  func(w io.Writer) *flag.FlagSet { f, _ := bmapFlags(w); return f },
+	"stats": func(w io.Writer) *flag.FlagSet { f, _ := statsFlags(w); return f },
+}
+
+// about is what a command does, between its usage line and its options.
+var about = map[string]string{
+	"mkfs": `Formats a device or image file. A missing PATH is created as a sparse image
+of --size; a failed mkfs removes the file it created.
 `,
-	"mount": mountHelp,
-	"info": `usage: streamfs info [--json] PATH|MOUNTPOINT
-Prints the geometry of a device, image or mounted filesystem, like xfs_info.
+	"info": `Prints the geometry of a device, image or mounted filesystem, like xfs_info.
 `,
-	"fsck": `usage: streamfs fsck [-n] [-y|-p] [-f] [--backend KIND] PATH
-Checks an unmounted device or image.
-  -n   check only, change nothing (the default)
-  -y   repair every problem that can be repaired
-  -p   the same as -y (e2fsck's "preen": every streamfs repair is automatic)
-  -f   accepted for e2fsck habits: every check is a full check
+	"fsck": `Checks an unmounted device or image; by default it changes nothing.
 Exit status as e2fsck: 0 clean, 1 errors corrected, 4 errors left, 8 operational error, 16 usage.
 `,
-	"stream": streamUsageText,
-	"bmap": `usage: streamfs bmap [-v] [--json] FILE
-Lists a file's extents with their allocation group and stream, like xfs_bmap -v
-(-v is accepted; the output is always the verbose form).
+	"bmap": `Lists a file's extents with their allocation group and stream, like xfs_bmap -v.
 `,
-	"stats": `usage: streamfs stats [--json] MOUNTPOINT
-Shows placement, per-AG and per-stream counters, and FDP statistics on NVMe.
+	"stats": `Shows placement, per-AG and per-stream counters, and FDP statistics on NVMe
+or a modelled FDP SSD.
 `,
-	"version": `usage: streamfs version
-Prints the streamfs version and the on-disk format version it writes.
+	"version": `Prints the streamfs version and the on-disk format version it writes.
 `,
+}
+
+// commandHelp returns a command's --help text.
+func commandHelp(cmd string) (string, bool) {
+	switch cmd {
+	case "mount":
+		return mountHelp, true
+	case "stream":
+		return streamUsageText, true
+	case "help":
+		return "usage: streamfs " + synopsis["help"] + "\n", true
+	}
+	if _, ok := synopsis[cmd]; !ok {
+		return "", false
+	}
+	text := usageLine(cmd) + "\n" + about[cmd]
+	if mk := flagCommands[cmd]; mk != nil {
+		text += flagHelp(mk(io.Discard))
+	}
+	return text, true
+}
+
+// flagHelp lists a flag set's flags with their usage strings; flags that
+// share a value (-f and --force) share a line.
+func flagHelp(fs *flag.FlagSet) string {
+	type entry struct {
+		names []string
+		arg   string
+		usage string
+	}
+	var list []*entry
+	byValue := map[string]*entry{}
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "-" + f.Name
+		if len(f.Name) > 1 {
+			name = "--" + f.Name
+		}
+		// Aliases are registered on the same variable: same usage text.
+		if e := byValue[f.Usage]; e != nil {
+			e.names = append(e.names, name)
+			return
+		}
+		arg, usage := flag.UnquoteUsage(f)
+		if _, isBool := f.Value.(interface{ IsBoolFlag() bool }); isBool {
+			arg = ""
+		}
+		if d := f.DefValue; d != "" && d != "0" && d != "false" {
+			usage += " (default " + d + ")"
+		}
+		e := &entry{names: []string{name}, arg: arg, usage: usage}
+		byValue[f.Usage] = e
+		list = append(list, e)
+	})
+	var b strings.Builder
+	for _, e := range list {
+		left := strings.Join(e.names, ", ")
+		if e.arg != "" {
+			left += " " + e.arg
+		}
+		writeOptionLine(&b, left, e.usage)
+	}
+	return b.String()
 }
 
 // wantsHelp reports whether args asks for help (-h, --help, -help).
@@ -127,14 +200,15 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		// --help is answered the same way, on stdout with status 0, by
 		// every command.
 		if wantsHelp(rest) {
-			fmt.Fprint(stdout, commandHelp[cmd])
+			h, _ := commandHelp(cmd)
+			fmt.Fprint(stdout, h)
 			return exitOK
 		}
 		return run(rest, stdout, stderr)
 	}
 	if cmd == "help" || cmd == "-h" || cmd == "--help" {
 		if len(rest) > 0 {
-			h, ok := commandHelp[rest[0]]
+			h, ok := commandHelp(rest[0])
 			if !ok {
 				fmt.Fprintf(stderr, "streamfs help: unknown command %q\n%s", rest[0], usageText)
 				return exitUsage

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 
@@ -9,7 +10,18 @@ import (
 	"github.com/streamfs/streamfs/fs/meta"
 )
 
-const fsckUsage = "usage: streamfs fsck [-n] [-y|-p] [-f] PATH"
+// fsckFlags defines fsck's flags.
+func fsckFlags(stderr io.Writer) (f *flag.FlagSet, no, yes *bool, kind *string) {
+	f = newFlags("fsck", stderr)
+	no = f.Bool("n", false, "check only: open the device read-only and change nothing (the default)")
+	yes = f.Bool("y", false, "repair every problem that can be repaired")
+	// e2fsck habits: -p (preen) repairs what is safe, which here is every
+	// repair; -f forces a full check, which every check is.
+	f.BoolVar(yes, "p", false, "the same as -y (e2fsck's preen: every streamfs repair is automatic)")
+	_ = f.Bool("f", false, "accepted for e2fsck habits: every check is a full check")
+	kind = f.String("backend", "", "force a backend: `KIND` is file, block, nvme or ftl (default: by what PATH is)")
+	return f, no, yes, kind
+}
 
 // Fsck implements `streamfs fsck [-n] [-y] PATH`. It checks an unmounted
 // device or image: -n (the default) only reports and opens the device
@@ -17,20 +29,13 @@ const fsckUsage = "usage: streamfs fsck [-n] [-y|-p] [-f] PATH"
 // status is e2fsck's: 0 clean, 1 errors corrected, 4 errors left
 // uncorrected, 8 operational error, 16 usage error.
 func Fsck(args []string, stdout, stderr io.Writer) int {
-	f := newFlags("fsck", stderr)
-	no := f.Bool("n", false, "check only: open the device read-only and change nothing (default)")
-	yes := f.Bool("y", false, "repair every problem that can be repaired")
-	// e2fsck habits: -p (preen) repairs what is safe, which here is every
-	// repair; -f forces a full check, which every check is.
-	f.BoolVar(yes, "p", false, "the same as -y")
-	_ = f.Bool("f", false, "accepted: every check is a full check")
-	kind := f.String("backend", "", "force a backend: file, block or nvme")
+	f, no, yes, kind := fsckFlags(stderr)
 	pos, err := parseFlags(f, args)
 	if err != nil {
 		return meta.FsckUsage
 	}
 	if len(pos) != 1 || (*no && *yes) {
-		fmt.Fprintln(stderr, fsckUsage)
+		fmt.Fprintln(stderr, usageLine("fsck"))
 		if *no && *yes {
 			fmt.Fprintln(stderr, "streamfs fsck: -n and -y exclude each other")
 		}
@@ -42,7 +47,12 @@ func Fsck(args []string, stdout, stderr io.Writer) int {
 		return meta.FsckOperational
 	}
 	if mounted, _ := backend.IsMounted(path); mounted {
-		fmt.Fprintf(stderr, "streamfs fsck: %s is mounted; unmount it first\n", path)
+		if live, dead := streamfsMounts(path); len(live) == 0 && len(dead) > 0 {
+			fmt.Fprintf(stderr, "streamfs fsck: %s is still mounted on %s, a dead FUSE mount (its daemon died); clear it with: umount -l %s\n",
+				path, dead[0], dead[0])
+		} else {
+			fmt.Fprintf(stderr, "streamfs fsck: %s is mounted; unmount it first\n", path)
+		}
 		return meta.FsckOperational
 	}
 	// The device's exclusive lock keeps a streamfs daemon out (ErrBusy).

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -18,14 +19,13 @@ import (
 // is asked through the query ioctl; a device or image is read directly
 // (read-only; it works while the device is mounted too).
 func Info(args []string, stdout, stderr io.Writer) int {
-	f := newFlags("info", stderr)
-	asJSON := f.Bool("json", false, "print JSON")
+	f, asJSON := infoFlags(stderr)
 	pos, err := parseFlags(f, args)
 	if err != nil {
 		return exitUsage
 	}
 	if len(pos) != 1 {
-		fmt.Fprintln(stderr, "usage: streamfs info [--json] PATH|MOUNTPOINT")
+		fmt.Fprintln(stderr, usageLine("info"))
 		return exitUsage
 	}
 	info, err := readInfo(pos[0])
@@ -39,6 +39,12 @@ func Info(args []string, stdout, stderr io.Writer) int {
 	}
 	printInfo(stdout, pos[0], info)
 	return exitOK
+}
+
+// infoFlags defines info's flags.
+func infoFlags(stderr io.Writer) (*flag.FlagSet, *bool) {
+	f := newFlags("info", stderr)
+	return f, f.Bool("json", false, "print the geometry as JSON")
 }
 
 func readInfo(path string) (sfs.InfoDoc, error) {

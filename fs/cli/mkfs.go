@@ -2,6 +2,7 @@ package cli
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -14,24 +15,38 @@ import (
 	"github.com/streamfs/streamfs/fs/meta"
 )
 
+// mkfsArgs are mkfs's flags.
+type mkfsArgs struct {
+	size, label, kind, ftlSpec string
+	agCount, blockSize         uint
+	force                      bool
+}
+
+// mkfsFlags defines mkfs's flags; --help prints their usage strings.
+func mkfsFlags(stderr io.Writer) (*flag.FlagSet, *mkfsArgs) {
+	f, a := newFlags("mkfs", stderr), &mkfsArgs{}
+	f.StringVar(&a.size, "size", "", "image `SIZE` (K, M, G, T suffixes, powers of 1024); refused for a block device")
+	f.UintVar(&a.agCount, "ag-count", 0, "`N` allocation groups (default: like mkfs.xfs)")
+	f.UintVar(&a.blockSize, "block-size", 4096, "block size in `BYTES`, a power of two from 512 to 65536")
+	f.StringVar(&a.label, "L", "", "the filesystem's `LABEL`")
+	f.BoolVar(&a.force, "f", false, "overwrite an existing filesystem, or resize an image")
+	f.BoolVar(&a.force, "force", false, "overwrite an existing filesystem, or resize an image")
+	f.StringVar(&a.kind, "backend", "", "force a backend: `KIND` is file, block, nvme or ftl (default: by what PATH is)")
+	f.StringVar(&a.ftlSpec, "ftl", "", "model an FDP SSD in the image; `GEOMETRY` is op=7,ru=8M,handles=8[,gc=greedy|cb][,isolation=initial|persistent]")
+	return f, a
+}
+
 // Mkfs implements `streamfs mkfs`. An image file it created is removed
 // again if formatting fails, so a failed mkfs leaves nothing behind.
 func Mkfs(args []string, stdout, stderr io.Writer) (code int) {
-	f := newFlags("mkfs", stderr)
-	size := f.String("size", "", "image size (K, M, G, T suffixes; powers of 1024)")
-	agCount := f.Uint("ag-count", 0, "number of allocation groups (default: like mkfs.xfs)")
-	blockSize := f.Uint("block-size", 4096, "filesystem block size")
-	label := f.String("L", "", "filesystem label")
-	force := f.Bool("f", false, "overwrite an existing filesystem")
-	f.BoolVar(force, "force", false, "overwrite an existing filesystem")
-	kind := f.String("backend", "", "force a backend: file, block, nvme or ftl")
-	ftlSpec := f.String("ftl", "", "model an FDP SSD in the image: op=7,ru=8M,handles=8[,gc=greedy|cb][,isolation=initial|persistent]")
+	f, a := mkfsFlags(stderr)
+	size, agCount, blockSize, label, force, kind, ftlSpec := &a.size, &a.agCount, &a.blockSize, &a.label, &a.force, &a.kind, &a.ftlSpec
 	pos, err := parseFlags(f, args)
 	if err != nil {
 		return exitUsage
 	}
 	if len(pos) != 1 {
-		fmt.Fprintln(stderr, "usage: streamfs mkfs [--size SIZE] [--ag-count N] [--block-size 4096] [-L LABEL] [-f|--force] [--ftl GEOMETRY] PATH")
+		fmt.Fprintln(stderr, usageLine("mkfs"))
 		return exitUsage
 	}
 	path := pos[0]

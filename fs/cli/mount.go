@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -42,6 +43,7 @@ type mountOpts struct {
 	noRecovery                     bool
 	remount                        bool
 	rules                          *rules.Set // stream_rules, then stream_rules_file
+	optRules, fileRules            *rules.Set // while parsing
 }
 
 // genericOpts are mount(8) options that mean nothing to streamfs; the mount
@@ -50,151 +52,241 @@ var genericOpts = map[string]bool{
 	"auto": true, "noauto": true, "user": true, "nouser": true, "users": true, "defaults": true,
 	"_netdev": true, "nofail": true, "nodiratime": true, "diratime": true, "async": true, "sync": true,
 	"lazytime": true, "nolazytime": true, "owner": true, "group": true, "default_permissions": true,
+	"fsname": true, "subtype": true,
 	// The FUSE kernel options mount(8) passes back from mtab on a remount.
 	"user_id": true, "group_id": true, "max_read": true, "rootmode": true, "blksize": true,
 }
 
+// mountOption is one -o option. The parser and `streamfs mount --help` both
+// read mountOptions, so the help cannot miss an option the parser takes.
+type mountOption struct {
+	names []string // spellings; each takes a value when arg is set
+	arg   string   // the value's syntax in help ("on|off"); "" for a flag
+	help  string   // one line, the default in parentheses
+	set   func(o *mountOpts, name, v string) error
+}
+
+// mountOptions is the -o table, in help order.
+var mountOptions = []mountOption{
+	{names: []string{"ro", "rw"}, help: "read-only or read-write (rw)",
+		set: func(o *mountOpts, k, _ string) error { o.ro = k == "ro"; return nil }},
+	{names: []string{"norecovery"}, help: "with ro: do not replay the journal (as XFS)",
+		set: func(o *mountOpts, _, _ string) error { o.noRecovery = true; return nil }},
+	{names: []string{"remount"}, help: "change a mounted filesystem's ro/rw, suid, dev, exec and atime options (mount -o remount,...)",
+		set: func(o *mountOpts, _, _ string) error { o.remount = true; return nil }},
+	{names: []string{"suid", "nosuid"}, help: "honour set-id bits (suid)",
+		set: func(o *mountOpts, k, _ string) error { o.noSuid = k == "nosuid"; return nil }},
+	{names: []string{"dev", "nodev"}, help: "allow device nodes (dev)",
+		set: func(o *mountOpts, k, _ string) error { o.noDev = k == "nodev"; return nil }},
+	{names: []string{"exec", "noexec"}, help: "allow execution (exec)",
+		set: func(o *mountOpts, k, _ string) error { o.noExec = k == "noexec"; return nil }},
+	{names: []string{"relatime", "atime", "strictatime", "noatime"}, help: "access-time updates; atime is relatime (relatime)",
+		set: func(o *mountOpts, k, _ string) error {
+			switch k {
+			case "strictatime":
+				o.atime = sfs.AtimeStrict
+			case "noatime":
+				o.atime = sfs.AtimeNone
+			default:
+				o.atime = sfs.AtimeRelative
+			}
+			return nil
+		}},
+	{names: []string{"placement"}, arg: "streams|agset|inode", help: "data placement policy (streams)",
+		set: func(o *mountOpts, _, v string) error {
+			p, err := alloc.ParsePolicy(v)
+			if err != nil {
+				return fmt.Errorf("-o placement=%s: want inode, agset or streams", v)
+			}
+			o.placement = p
+			return nil
+		}},
+	{names: []string{"placement_cache"}, arg: "on|off", help: "per-inode placement cache (on)",
+		set: func(o *mountOpts, _, v string) error {
+			if v != "on" && v != "off" {
+				return fmt.Errorf("-o placement_cache=%s: want on or off", v)
+			}
+			o.cache = v == "on"
+			return nil
+		}},
+	{names: []string{"backend"}, arg: "file|block|nvme|ftl", help: "force a backend (by what PATH is; ftl: the image's modelled FDP SSD)",
+		set: func(o *mountOpts, _, v string) error {
+			if v != "file" && v != "block" && v != "nvme" && v != "ftl" {
+				return fmt.Errorf("-o backend=%s: want file, block, nvme or ftl", v)
+			}
+			o.backend = v
+			return nil
+		}},
+	{names: []string{"discard", "nodiscard"}, help: "discard freed blocks once their free is durable (nodiscard)",
+		set: func(o *mountOpts, k, _ string) error { o.discard = k == "discard"; return nil }},
+	{names: []string{"errors"}, arg: "shutdown|remount-ro", help: "a failed metadata write shuts the filesystem down, as XFS; remount-ro is a synonym (shutdown)",
+		set: func(o *mountOpts, _, v string) error {
+			// Retrying could build on a metadata write that half landed.
+			if v != "shutdown" && v != "remount-ro" {
+				return fmt.Errorf("-o errors=%s: only errors=shutdown (or its synonym remount-ro) is supported: a failed metadata write shuts the filesystem down", v)
+			}
+			return nil
+		}},
+	{names: []string{"cache_size"}, arg: "SIZE", help: "bound of the metadata node cache, K, M, G suffixes (256M)",
+		set: func(o *mountOpts, _, v string) error {
+			n, err := backend.ParseSize(v)
+			if err != nil || n < 1<<20 {
+				return fmt.Errorf("-o cache_size=%s: want a size of at least 1M (K, M, G suffixes)", v)
+			}
+			o.cacheBytes = n
+			return nil
+		}},
+	{names: []string{"commit"}, arg: "SECONDS", help: "periodic journal commit, 1..3600 (5)",
+		set: func(o *mountOpts, _, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 3600 {
+				return fmt.Errorf("-o commit=%s: want seconds from 1 to 3600", v)
+			}
+			o.commit = time.Duration(n) * time.Second
+			return nil
+		}},
+	{names: []string{"stream_rules"}, arg: "PATTERN:ID;...", help: "streams for new files by name, rules separated by ';' (quote the option)",
+		set: func(o *mountOpts, _, v string) error {
+			// ';' because mount(8) splits options at ','.
+			set, err := rules.Parse(v, "-o stream_rules")
+			if err != nil {
+				return err
+			}
+			o.optRules = o.optRules.Append(set)
+			return nil
+		}},
+	{names: []string{"stream_rules_file"}, arg: "FILE", help: "stream rules, one PATTERN:ID a line, tried after stream_rules",
+		set: func(o *mountOpts, _, v string) error {
+			set, err := rules.ParseFile(v)
+			if err != nil {
+				return fmt.Errorf("-o stream_rules_file: %w", err)
+			}
+			o.fileRules = o.fileRules.Append(set)
+			return nil
+		}},
+	{names: []string{"allow_other"}, help: "let other users access the mount",
+		set: func(o *mountOpts, _, _ string) error { o.allowOther = true; return nil }},
+	{names: []string{"debug"}, help: "log FUSE requests and placement decisions",
+		set: func(o *mountOpts, _, _ string) error { o.debug = true; return nil }},
+	{names: []string{"log"}, arg: "FILE", help: "log to FILE instead of stderr (syslog in the background)",
+		set: func(o *mountOpts, _, v string) error { o.logFile = v; return nil }},
+	{names: []string{"log_format"}, arg: "text|json", help: "log lines as text or one JSON object each (text)",
+		set: func(o *mountOpts, _, v string) error {
+			if v != "text" && v != "json" {
+				return fmt.Errorf("-o log_format=%s: want text or json", v)
+			}
+			o.logJSON = v == "json"
+			return nil
+		}},
+}
+
+// findMountOption returns the table entry spelled k.
+func findMountOption(k string) *mountOption {
+	for i := range mountOptions {
+		for _, n := range mountOptions[i].names {
+			if n == k {
+				return &mountOptions[i]
+			}
+		}
+	}
+	return nil
+}
+
 func parseMountOpts(list []string) (mountOpts, error) {
 	o := mountOpts{placement: alloc.PolicyStreams, cache: true, commit: 5 * time.Second}
-	var optRules, fileRules *rules.Set
+	sawRules := false
 	for _, group := range list {
 		for _, opt := range strings.Split(group, ",") {
 			if opt == "" {
 				continue
 			}
 			k, v, hasV := strings.Cut(opt, "=")
+			mo := findMountOption(k)
 			switch {
-			case k == "ro":
-				o.ro = true
-			case k == "rw":
-				o.ro = false
-			case k == "suid" || k == "nosuid":
-				o.noSuid = k == "nosuid"
-			case k == "dev" || k == "nodev":
-				o.noDev = k == "nodev"
-			case k == "exec" || k == "noexec":
-				o.noExec = k == "noexec"
-			case k == "relatime" || k == "atime":
-				o.atime = sfs.AtimeRelative
-			case k == "strictatime":
-				o.atime = sfs.AtimeStrict
-			case k == "noatime":
-				o.atime = sfs.AtimeNone
-			case k == "norecovery":
-				o.noRecovery = true
-			case k == "remount":
-				o.remount = true
-			case k == "log_format" && hasV:
-				switch v {
-				case "text":
-					o.logJSON = false
-				case "json":
-					o.logJSON = true
-				default:
-					return o, fmt.Errorf("-o log_format=%s: want text or json", v)
-				}
-			case k == "allow_other":
-				o.allowOther = true
-			case k == "debug":
-				o.debug = true
-			case k == "discard":
-				o.discard = true
-			case k == "nodiscard":
-				o.discard = false
-			case k == "placement" && hasV:
-				p, err := alloc.ParsePolicy(v)
-				if err != nil {
-					return o, fmt.Errorf("-o placement=%s: want inode, agset or streams", v)
-				}
-				o.placement = p
-			case k == "placement_cache" && hasV:
-				switch v {
-				case "on":
-					o.cache = true
-				case "off":
-					o.cache = false
-				default:
-					return o, fmt.Errorf("-o placement_cache=%s: want on or off", v)
-				}
-			case k == "backend" && hasV:
-				if v != "file" && v != "block" && v != "nvme" && v != "ftl" {
-					return o, fmt.Errorf("-o backend=%s: want file, block, nvme or ftl", v)
-				}
-				o.backend = v
-			case k == "errors" && hasV:
-				// A failed metadata write always shuts the filesystem down
-				// (as XFS): retrying could build on a write that half landed.
-				if v != "shutdown" && v != "remount-ro" {
-					return o, fmt.Errorf("-o errors=%s: only errors=shutdown is supported (a failed metadata write shuts the filesystem down)", v)
-				}
-			case k == "cache_size" && hasV:
-				n, err := backend.ParseSize(v)
-				if err != nil || n < 1<<20 {
-					return o, fmt.Errorf("-o cache_size=%s: want a size of at least 1M (K, M, G suffixes)", v)
-				}
-				o.cacheBytes = n
-			case k == "log" && hasV:
-				o.logFile = v
-			case k == "stream_rules" && hasV:
-				// PATTERN:ID;PATTERN:ID - ';' because mount(8) splits at ','.
-				set, err := rules.Parse(v, "-o stream_rules")
-				if err != nil {
+			case mo != nil && (mo.arg != "") == hasV:
+				if err := mo.set(&o, k, v); err != nil {
 					return o, err
 				}
-				optRules = optRules.Append(set)
-			case k == "stream_rules_file" && hasV:
-				set, err := rules.ParseFile(v)
-				if err != nil {
-					return o, fmt.Errorf("-o stream_rules_file: %w", err)
-				}
-				fileRules = fileRules.Append(set)
-			case k == "commit" && hasV:
-				n, err := strconv.Atoi(v)
-				if err != nil || n < 1 || n > 3600 {
-					return o, fmt.Errorf("-o commit=%s: want seconds from 1 to 3600", v)
-				}
-				o.commit = time.Duration(n) * time.Second
-			case genericOpts[k] || strings.HasPrefix(k, "x-") || k == "fsname" || k == "subtype":
+				sawRules = sawRules || k == "stream_rules"
+			case mo != nil && hasV:
+				return o, fmt.Errorf("-o %s takes no value", k)
+			case mo != nil:
+				return o, fmt.Errorf("-o %s needs a value: %s=%s", k, k, mo.arg)
+			case genericOpts[k] || strings.HasPrefix(k, "x-"):
 				// generic mount(8) option: ignored
+			case sawRules && strings.Contains(opt, ":"):
+				// mount(8) and this parser split options at ','.
+				return o, fmt.Errorf("unknown mount option %q: separate stream rules with ';', not ',' (-o 'stream_rules=*.log:1;*.sst:2')", opt)
 			default:
-				return o, fmt.Errorf("unknown mount option %q", opt)
+				return o, fmt.Errorf("unknown mount option %q (see streamfs help mount)", opt)
 			}
 		}
 	}
-	o.rules = optRules.Append(fileRules)
+	o.rules = o.optRules.Append(o.fileRules)
 	return o, nil
 }
 
-// mountHelp is `streamfs mount --help`; the README has the same table.
-const mountHelp = `usage: streamfs mount [-o OPTIONS] PATH MOUNTPOINT
+// mountHelp is `streamfs mount --help`, built from mountOptions.
+var mountHelp = buildMountHelp()
+
+func buildMountHelp() string {
+	var b strings.Builder
+	b.WriteString("usage: streamfs " + synopsis["mount"] + `
 Mounts the device or image PATH on MOUNTPOINT and serves it in the
 foreground until unmounted (umount MOUNTPOINT, or Ctrl-C / SIGTERM).
 mount -t fuse.streamfs PATH MOUNTPOINT -o OPTIONS does the same in the background.
 
 -o options (comma-separated):
-  ro, rw                      read-only or read-write (rw)
-  norecovery                  with ro: do not replay the journal (as XFS)
-  remount                     change a mounted filesystem's ro/rw, suid, dev,
-                              exec and atime options (mount -o remount,...)
-  suid, nosuid                honour set-id bits (suid)
-  dev, nodev                  allow device nodes (dev)
-  exec, noexec                allow execution (exec)
-  relatime, strictatime, noatime
-                              access-time updates (relatime)
-  placement=streams|agset|inode
-                              data placement policy (streams)
-  placement_cache=on|off      per-inode placement cache (on)
-  backend=file|block|nvme     force a backend (by what PATH is)
-  discard, nodiscard          discard freed blocks at once (nodiscard)
-  errors=remount-ro|continue  on repeated metadata write errors (remount-ro)
-  commit=SECONDS              periodic journal commit, 1..3600 (5)
-  allow_other                 let other users access the mount
-  debug                       log FUSE requests and placement decisions
-  log=FILE                    log to FILE instead of stderr (syslog in the background)
-  log_format=text|json        log lines as text or one JSON object each (text)
-Generic mount(8) options (defaults, auto, noauto, user, _netdev, nofail,
-x-*, ...) are accepted and ignored.
-`
+`)
+	for _, mo := range mountOptions {
+		left := strings.Join(mo.names, ", ")
+		if mo.arg != "" {
+			left = mo.names[0] + "=" + mo.arg
+		}
+		writeOptionLine(&b, left, mo.help)
+	}
+	var generic []string
+	for k := range genericOpts {
+		generic = append(generic, k)
+	}
+	sort.Strings(generic)
+	b.WriteString(wrap("Generic mount(8) options, accepted and ignored: "+strings.Join(generic, ", ")+", x-*.", 78, ""))
+	return b.String()
+}
+
+// writeOptionLine writes one option of a help listing: the option in a
+// column of 28, its text wrapped beside it.
+func writeOptionLine(b *strings.Builder, left, help string) {
+	const col = 28
+	pad := strings.Repeat(" ", col)
+	line := "  " + left
+	if len(line) >= col-1 {
+		b.WriteString(line + "\n")
+		line = ""
+	}
+	text := wrap(help, 78-col, pad)
+	b.WriteString(line + strings.Repeat(" ", max(0, col-len(line))) + strings.TrimPrefix(text, pad))
+}
+
+// wrap breaks s into lines of at most width characters, each line after
+// the first starting with indent, and ends it with a newline.
+func wrap(s string, width int, indent string) string {
+	var b strings.Builder
+	n := 0
+	for i, w := range strings.Fields(s) {
+		if i > 0 && n+1+len(w) > width {
+			b.WriteString("\n" + indent)
+			n = 0
+		} else if i > 0 {
+			b.WriteString(" ")
+			n++
+		}
+		b.WriteString(w)
+		n += len(w)
+	}
+	b.WriteString("\n")
+	return b.String()
+}
 
 // MountCmd implements `streamfs mount [-o OPTIONS] PATH MOUNTPOINT`, in the
 // foreground.
@@ -209,7 +301,7 @@ func MountCmd(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if len(pos) != 2 {
-		fmt.Fprintln(stderr, "usage: streamfs mount [-o OPTIONS] PATH MOUNTPOINT")
+		fmt.Fprintln(stderr, usageLine("mount"))
 		return exitUsage
 	}
 	o, err := parseMountOpts(opts)
@@ -347,6 +439,11 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 		Warn: func(msg string) { log.Warn(msg) }}, stderr, "mount")
 	if err != nil {
 		if errors.Is(err, backend.ErrBusy) {
+			// Mounted already: a second view of the same filesystem, as the
+			// kernel gives for a block device mounted twice.
+			if live, _ := streamfsMounts(path); len(live) > 0 {
+				return secondView(path, live[0], mnt, o, log, ready)
+			}
 			return fmt.Errorf("%s is already mounted by another streamfs (or otherwise in use): %w", path, err)
 		}
 		return err
@@ -354,6 +451,18 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 	defer dev.Close()
 	if err := checkMountpoint(mnt); err != nil {
 		return err
+	}
+	// A rule naming a stream the filesystem does not have stops the mount
+	// before the store opens (and logs "mounted"); the allocator's count,
+	// checked again after the open, is the same rule.
+	if sb, _, err := meta.ReadSuper(dev); err == nil {
+		n := dev.MaxStreams()
+		if n == 0 {
+			_, n = alloc.SoftwareStreams(sb.AGCount)
+		}
+		if err := o.rules.Check(n); err != nil {
+			return fmt.Errorf("-o stream_rules: %w", err)
+		}
 	}
 	// The node cache bounds the metadata in memory; tell the Go runtime
 	// too, so garbage is collected before the heap grows far past it.
@@ -420,6 +529,32 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 	close(sig)
 	if err := store.Close(); err != nil {
 		return err
+	}
+	return nil
+}
+
+// secondView mounts the filesystem that from already shows on mnt too: a
+// bind mount, served by the daemon of the first mount, with this mount's
+// own ro, suid, dev, exec and atime flags. The daemon's options (placement,
+// commit, ...) stay those of the first mount; it exits once the last view
+// is unmounted.
+func secondView(path, from, mnt string, o mountOpts, log *zap.Logger, ready func(error)) error {
+	if err := checkMountpoint(mnt); err != nil {
+		return err
+	}
+	if err := syscall.Mount(from, mnt, "", syscall.MS_BIND, ""); err != nil {
+		return fmt.Errorf("%s is mounted on %s; a second view at %s: bind mount: %w", path, from, mnt, err)
+	}
+	flags := syscall.MS_BIND | syscall.MS_REMOUNT | sfs.MountFlags(sfs.MountOptions{ReadOnly: o.ro,
+		NoSuid: o.noSuid, NoDev: o.noDev, NoExec: o.noExec, Atime: o.atime})
+	if err := syscall.Mount("", mnt, "", flags, ""); err != nil {
+		_ = syscall.Unmount(mnt, syscall.MNT_DETACH)
+		return fmt.Errorf("%s is mounted on %s; a second view at %s: mount flags: %w", path, from, mnt, err)
+	}
+	log.Info("mounted a second view of the mounted filesystem", zap.String("device", path),
+		zap.String("mountpoint", mnt), zap.String("first_mount", from), zap.Bool("read_only", o.ro))
+	if ready != nil {
+		ready(nil)
 	}
 	return nil
 }
@@ -500,7 +635,7 @@ func Helper(args []string, stdout, stderr io.Writer) int {
 	// Other flags (mount(8)'s -n, -v, -f ...) mean nothing here.
 	opts, pos, _ := splitMountArgs(args)
 	if len(pos) != 2 {
-		fmt.Fprintln(stderr, "usage: streamfs PATH MOUNTPOINT [-o OPTIONS]")
+		fmt.Fprintln(stderr, "usage: streamfs "+helperSynopsis)
 		return exitUsage
 	}
 	o, err := parseMountOpts(opts)

@@ -93,10 +93,10 @@ func Stream(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "Max streams supported: %d\n", value)
 	case ioctl.OpGet:
 		fmt.Fprintf(stdout, "Current stream ID: %d\n", value)
-		// Beyond the seed's output: where a regular file's stream came
-		// from. Other files (and non-streamfs mounts) just skip the line.
-		if doc, err := queryFile(req.path, ioctl.QueryBmap); err == nil {
-			var b sfs.BmapDoc
+		// Beyond the seed's output: where the file's or directory's
+		// stream came from. Non-streamfs mounts just skip the line.
+		if doc, err := queryFile(req.path, ioctl.QueryStream); err == nil {
+			var b sfs.StreamDoc
 			if json.Unmarshal(doc, &b) == nil && b.StreamSource != "" {
 				fmt.Fprintf(stdout, "Stream source: %s\n", b.StreamSource)
 			}

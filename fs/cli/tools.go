@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -35,18 +36,24 @@ func queryFile(path string, kind uint32) ([]byte, error) {
 	return doc, nil
 }
 
+// bmapFlags defines bmap's flags.
+func bmapFlags(stderr io.Writer) (*flag.FlagSet, *bool) {
+	f := newFlags("bmap", stderr)
+	asJSON := f.Bool("json", false, "print the extents as JSON")
+	// xfs_bmap's -v: the output is always the verbose form.
+	_ = f.Bool("v", false, "accepted for xfs_bmap habits: the output is always the verbose form")
+	return f, asJSON
+}
+
 // Bmap implements `streamfs bmap [--json] FILE`, like xfs_bmap -v.
 func Bmap(args []string, stdout, stderr io.Writer) int {
-	f := newFlags("bmap", stderr)
-	asJSON := f.Bool("json", false, "print JSON")
-	// xfs_bmap's -v: the output is always the verbose form.
-	_ = f.Bool("v", false, "verbose (accepted; always on)")
+	f, asJSON := bmapFlags(stderr)
 	pos, err := parseFlags(f, args)
 	if err != nil {
 		return exitUsage
 	}
 	if len(pos) != 1 {
-		fmt.Fprintln(stderr, "usage: streamfs bmap [-v] [--json] FILE")
+		fmt.Fprintln(stderr, usageLine("bmap"))
 		return exitUsage
 	}
 	doc, err := queryFile(pos[0], ioctl.QueryBmap)
@@ -78,21 +85,35 @@ func Bmap(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
+// statsArgs are stats's flags.
+type statsArgs struct {
+	json     bool
+	interval float64
+	count    int
+}
+
+// statsFlags defines stats's flags.
+func statsFlags(stderr io.Writer) (*flag.FlagSet, *statsArgs) {
+	f, a := newFlags("stats", stderr), &statsArgs{}
+	f.BoolVar(&a.json, "json", false, "print the counters as JSON")
+	f.Float64Var(&a.interval, "interval", 0, "every `SECONDS`, print the write amplification of the interval just past")
+	f.IntVar(&a.count, "count", 0, "with --interval: stop after `N` intervals (default: until interrupted)")
+	return f, a
+}
+
 // Stats implements `streamfs stats [--json] [--interval SECONDS [--count N]]
 // MOUNTPOINT`. With --interval it prints, every interval, the write
 // amplification of the interval just past (drive and per handle) next to
 // the cumulative one, so a run can be watched while it goes.
 func Stats(args []string, stdout, stderr io.Writer) int {
-	f := newFlags("stats", stderr)
-	asJSON := f.Bool("json", false, "print JSON")
-	interval := f.Float64("interval", 0, "print the WAF of each interval of this many seconds")
-	count := f.Int("count", 0, "with --interval: stop after this many intervals (0: until interrupted)")
+	f, a := statsFlags(stderr)
+	asJSON, interval, count := &a.json, &a.interval, &a.count
 	pos, err := parseFlags(f, args)
 	if err != nil {
 		return exitUsage
 	}
 	if len(pos) != 1 || *interval < 0 || (*interval > 0 && *asJSON) {
-		fmt.Fprintln(stderr, "usage: streamfs stats [--json | --interval SECONDS [--count N]] MOUNTPOINT")
+		fmt.Fprintln(stderr, usageLine("stats"))
 		return exitUsage
 	}
 	if *interval > 0 {

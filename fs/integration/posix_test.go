@@ -427,3 +427,36 @@ func readLocks() string {
 	b, _ := os.ReadFile("/proc/locks")
 	return string(b)
 }
+
+// TestAtimeNewFile: a new file's atime is never after its mtime, so under
+// relatime (the default) its first read updates atime. The kernel stamps
+// mtime with its own, coarser clock when it writes the times back, a
+// little before the daemon's stamp at create. (Large enough for the
+// writeback cache: a nearly full filesystem writes through.)
+func TestAtimeNewFile(t *testing.T) {
+	requireEnv(t)
+	img := mkfs(t, "2G")
+	m := mountImage(t, img)
+	for i := range 20 {
+		p := m.path(fmt.Sprintf("f%d", i))
+		writeFile(t, p, []byte("x\n"), 0o644) // echo x > f
+		var st unix.Stat_t
+		if err := unix.Stat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		atime, mtime := time.Unix(st.Atim.Unix()), time.Unix(st.Mtim.Unix())
+		if atime.After(mtime) {
+			t.Errorf("%s: new file's atime %v is after its mtime %v", p, atime, mtime)
+		}
+		if _, err := os.ReadFile(p); err != nil { // cat f
+			t.Fatal(err)
+		}
+		if err := unix.Stat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		if a := time.Unix(st.Atim.Unix()); !a.After(atime) {
+			t.Errorf("%s: the first read left atime at %v (mtime %v): relatime must update it", p, a, mtime)
+		}
+	}
+	m.unmount(t)
+}

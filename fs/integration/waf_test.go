@@ -74,6 +74,7 @@ func TestFTLModelMounted(t *testing.T) {
 	for path, want := range map[string][2]string{
 		m.path("a.log"): {"1", "rule"}, cold + "/b.log": {"1", "rule"},
 		cold + "/c.dat": {"3", "directory"}, m.path("d.dat"): {"0", "none"},
+		cold: {"3", "set"}, m.dir: {"0", "none"},
 	} {
 		out := streamfs(t, "stream", "get", path)
 		if !hasLine(out, "Current stream ID: "+want[0]) || !hasLine(out, "Stream source: "+want[1]) {
@@ -146,8 +147,9 @@ func TestStreamRulesRejected(t *testing.T) {
 		"stream_rules=*.log:0":               "want a stream id from 1",
 		"stream_rules=*.log":                 "want PATTERN:STREAM",
 		"stream_rules=[x:1":                  "syntax error in pattern",
-		"stream_rules=*.log:99":              "above the",
+		"stream_rules=*.log:99":              "above this filesystem's 4 streams (valid stream IDs: 1 to 4)",
 		"stream_rules_file=/nonexistent/rls": "no such file",
+		"stream_rules=*.log:1,*.sst:2":       "separate stream rules with ';'",
 	} {
 		dir := t.TempDir()
 		m := startMount(t, img, dir, []string{opt})
@@ -160,6 +162,10 @@ func TestStreamRulesRejected(t *testing.T) {
 		m.stopped = true
 		if m.waitErr == nil || !strings.Contains(m.log.String(), want) {
 			t.Errorf("-o %s: exit %v, output %q, want %q", opt, m.waitErr, m.log.String(), want)
+		}
+		// Refused before mounting, said once.
+		if out := m.log.String(); strings.Contains(out, "mounted") || strings.Contains(out, "bad stream rule") {
+			t.Errorf("-o %s: output %q: want the refusal alone, before mounting", opt, out)
 		}
 		if isMounted(dir) {
 			_, _ = tryCmd("umount", "-l", dir)

@@ -10,7 +10,7 @@ import (
 // with an fsck after every Close: a clean unmount must leave no leaked
 // blocks.
 func TestCloseLeavesNoLeak(t *testing.T) {
-	n := int(scaleEnvInt("STREAMFS_LEAK_FILES", 10000))
+	n := int(scaleEnvInt("STREAMFS_LEAK_FILES", sized[int64](10000, 2000)))
 	dev := newPlainImage(t, "", 32<<30, 4)
 	fsck := func(when string) {
 		t.Helper()
@@ -60,7 +60,7 @@ func TestCloseLeavesNoLeak(t *testing.T) {
 	st, _ = s.Lookup(s.Root(), "storm")
 	wal := mk(a, "wal", syscall.S_IFREG|0o644)
 	buf := make([]byte, 4096)
-	for i := 0; i < 4096; i++ {
+	for i := 0; i < sized(4096, 1024); i++ {
 		if _, err := s.Write(wal, buf, int64(i)*4096, WriteOpts{}); err != nil {
 			t.Fatal(err)
 		}

@@ -102,11 +102,14 @@ func checkWindows(t *testing.T, s *Store, files []*windowFile, step int, op stri
 // block is allocated, preBlocks is the windows' sum, the allocator is
 // consistent and every file reads back as the model says; at the end free
 // space survives a remount and fsck is clean. The second runs into ENOSPC.
-func TestPreallocWindowsRandom(t *testing.T) { runWindows(t, 256<<20, 64<<10, 3, 600) }
+// Under -short one seed, and steps enough for a checkpoint.
+func TestPreallocWindowsRandom(t *testing.T) {
+	runWindows(t, 256<<20, 64<<10, sized[uint64](3, 1), sized(600, 300))
+}
 
 // Near ENOSPC every failed allocation commits the journal: slow, so fewer
 // steps.
-func TestPreallocWindowsENOSPC(t *testing.T) { runWindows(t, 48<<20, 512<<10, 1, 300) }
+func TestPreallocWindowsENOSPC(t *testing.T) { runWindows(t, 48<<20, 512<<10, 1, sized(300, 100)) }
 
 func runWindows(t *testing.T, img, chunkSz int64, seeds uint64, steps int) {
 	for seed := range seeds {

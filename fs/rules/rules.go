@@ -22,7 +22,24 @@ import (
 )
 
 // ErrRule means a rule could not be parsed or names an unusable stream.
+// Rule errors match it with errors.Is; their text says what is wrong
+// without repeating it.
 var ErrRule = errors.New("bad stream rule")
+
+// ruleError is a rule error: its own message, ErrRule for errors.Is, and
+// the cause (if any) for errors.As.
+type ruleError struct {
+	msg   string
+	cause error
+}
+
+func (e *ruleError) Error() string        { return e.msg }
+func (e *ruleError) Is(target error) bool { return target == ErrRule }
+func (e *ruleError) Unwrap() error        { return e.cause }
+
+func ruleErr(cause error, format string, a ...any) error {
+	return &ruleError{msg: fmt.Sprintf(format, a...), cause: cause}
+}
 
 // Rule maps names matching Pattern to Stream.
 type Rule struct {
@@ -88,21 +105,21 @@ func parseRule(r string) (Rule, error) {
 	// The last colon separates: a pattern may contain colons, an id not.
 	i := strings.LastIndexByte(r, ':')
 	if i < 0 {
-		return Rule{}, fmt.Errorf("want PATTERN:STREAM: %w", ErrRule)
+		return Rule{}, ruleErr(nil, "want PATTERN:STREAM")
 	}
 	pat, idS := strings.TrimSpace(r[:i]), strings.TrimSpace(r[i+1:])
 	if pat == "" {
-		return Rule{}, fmt.Errorf("empty pattern: %w", ErrRule)
+		return Rule{}, ruleErr(nil, "empty pattern")
 	}
 	if strings.Contains(pat, "/") {
-		return Rule{}, fmt.Errorf("pattern %q has a '/': rules match file names, not paths: %w", pat, ErrRule)
+		return Rule{}, ruleErr(nil, "pattern %q has a '/': rules match file names, not paths", pat)
 	}
 	if _, err := path.Match(pat, ""); err != nil {
-		return Rule{}, fmt.Errorf("pattern %q: %v: %w", pat, err, ErrRule)
+		return Rule{}, ruleErr(err, "pattern %q: %v", pat, err)
 	}
 	id, err := strconv.ParseUint(idS, 10, 32)
 	if err != nil || id == 0 {
-		return Rule{}, fmt.Errorf("stream %q: want a stream id from 1: %w", idS, ErrRule)
+		return Rule{}, ruleErr(err, "stream %q: want a stream id from 1", idS)
 	}
 	return Rule{Pattern: pat, Stream: uint32(id)}, nil
 }
@@ -126,7 +143,8 @@ func (s *Set) Check(max uint32) error {
 	}
 	for _, r := range s.rules {
 		if r.Stream > max {
-			return fmt.Errorf("rule %s:%d: stream %d above the %d streams of this mount: %w", r.Pattern, r.Stream, r.Stream, max, ErrRule)
+			return ruleErr(nil, "rule %s:%d: stream %d is above this filesystem's %d streams (valid stream IDs: 1 to %d)",
+				r.Pattern, r.Stream, r.Stream, max, max)
 		}
 	}
 	return nil

@@ -80,3 +80,16 @@ func TestParseReader(t *testing.T) {
 		t.Fatal("missing file accepted")
 	}
 }
+
+// Messages say what is wrong once, without a trailing "bad stream rule".
+func TestRuleMessages(t *testing.T) {
+	_, err := Parse("*.log", "-o stream_rules")
+	if err == nil || strings.Contains(err.Error(), ErrRule.Error()) {
+		t.Errorf("parse error %q repeats %q", err, ErrRule)
+	}
+	s, _ := Parse("*.log:99", "x")
+	err = s.Check(4)
+	if !errors.Is(err, ErrRule) || strings.Contains(err.Error(), ErrRule.Error()) || !strings.Contains(err.Error(), "1 to 4") {
+		t.Errorf("Check(4) = %q, want the limit and no %q", err, ErrRule)
+	}
+}

@@ -79,7 +79,11 @@ func TestModel(t *testing.T) {
 		{5, 4096, 8000, 30000, true},
 	} {
 		t.Run(fmt.Sprintf("seed%d-ns%d", tc.seed, tc.ns), func(t *testing.T) {
-			runModel(t, tc.seed, tc.ns, tc.space, tc.ops, tc.big)
+			ops := tc.ops
+			if testing.Short() { // scripts/test.sh; scripts/soak.sh runs them all
+				ops /= 2
+			}
+			runModel(t, tc.seed, tc.ns, tc.space, ops, tc.big)
 		})
 	}
 }
