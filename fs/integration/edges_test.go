@@ -183,7 +183,7 @@ func TestWriteProtectedDevice(t *testing.T) {
 
 	runCmd(t, "blockdev", "--setro", dev)
 	m = mountImage(t, dev)
-	if !strings.Contains(m.log.String(), "write-protected, mounting read-only") {
+	if !m.logShows("write-protected, mounting read-only") {
 		t.Errorf("no write-protected log line:\n%s", m.log.String())
 	}
 	if !mountIsRO(t, m.dir) {
@@ -214,7 +214,7 @@ func TestWriteProtectedDevice(t *testing.T) {
 	t.Cleanup(func() { _, _ = tryCmd("umount", ro) })
 	runCmd(t, "mount", "-o", "remount,bind,ro", ro)
 	m = mountImage(t, filepath.Join(ro, filepath.Base(img)))
-	if !strings.Contains(m.log.String(), "write-protected, mounting read-only") || !mountIsRO(t, m.dir) {
+	if !m.logShows("write-protected, mounting read-only") || !mountIsRO(t, m.dir) {
 		t.Errorf("an image on a read-only mount was not mounted read-only:\n%s", m.log.String())
 	}
 	m.unmount(t)

@@ -231,6 +231,19 @@ func mountAt(t *testing.T, img, dir string, opts ...string) *mount {
 	return m
 }
 
+// logShows waits (up to hangGuard) for the daemon's log to contain s: the
+// mount can appear before the daemon's output has been copied.
+func (m *mount) logShows(s string) bool {
+	deadline := time.Now().Add(hangGuard)
+	for !strings.Contains(m.log.String(), s) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
+}
+
 // path joins elements under the mount point.
 func (m *mount) path(elem ...string) string {
 	return filepath.Join(append([]string{m.dir}, elem...)...)
