@@ -104,14 +104,14 @@ func checkWindows(t *testing.T, s *Store, files []*windowFile, step int, op stri
 // space survives a remount and fsck is clean. The second runs into ENOSPC.
 // Under -short one seed, and steps enough for a checkpoint.
 func TestPreallocWindowsRandom(t *testing.T) {
-	runWindows(t, 256<<20, 64<<10, sized[uint64](3, 1), sized(600, 300))
+	runWindows(t, 256<<20, 64<<10, sized[uint64](3, 1), sized(600, 300), false)
 }
 
 // Near ENOSPC every failed allocation commits the journal: slow, so fewer
 // steps.
-func TestPreallocWindowsENOSPC(t *testing.T) { runWindows(t, 48<<20, 512<<10, 1, sized(300, 100)) }
+func TestPreallocWindowsENOSPC(t *testing.T) { runWindows(t, 48<<20, 512<<10, 1, sized(300, 100), true) }
 
-func runWindows(t *testing.T, img, chunkSz int64, seeds uint64, steps int) {
+func runWindows(t *testing.T, img, chunkSz int64, seeds uint64, steps int, wantFull bool) {
 	for seed := range seeds {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			fd, _ := newTestImage(t, img, int64(seed))
@@ -130,6 +130,15 @@ func runWindows(t *testing.T, img, chunkSz int64, seeds uint64, steps int) {
 				newFile(i)
 			}
 			chunk := chunkSz
+			if wantFull {
+				// A filler leaves a few chunks' room: the files reach
+				// ENOSPC within the steps.
+				filler := mustCreate(t, s, s.Root(), "filler")
+				room := int64(s.room()-s.metaReserve)*int64(s.bs) - 8*chunk
+				mustWrite(t, s, filler, make([]byte, room/int64(s.bs)*int64(s.bs)), 0)
+				s.TrimPrealloc(filler)
+			}
+			enospc := 0
 			for step := range steps {
 				i := r.IntN(len(files))
 				f := files[i]
@@ -150,6 +159,9 @@ func runWindows(t *testing.T, img, chunkSz int64, seeds uint64, steps int) {
 					wn, werr := s.Write(f.in, p, off, WriteOpts{})
 					if werr != nil && !errors.Is(werr, syscall.ENOSPC) {
 						t.Fatalf("%s: %v", op, werr)
+					}
+					if werr != nil {
+						enospc++
 					}
 					op += fmt.Sprintf(" -> %d %v", wn, werr)
 					if wn > 0 {
@@ -181,6 +193,7 @@ func runWindows(t *testing.T, img, chunkSz int64, seeds uint64, steps int) {
 					op = fmt.Sprintf("fallocate f%d %d+%d mode %#x", i, off, ln, m)
 					if err := s.Fallocate(f.in, off, ln, m); err != nil {
 						if errors.Is(err, syscall.ENOSPC) {
+							enospc++
 							checkWindows(t, s, files, step, op+" ENOSPC")
 							// a failed fallocate may leave part done: resync the model
 							f.data = f.data[:min(uint64(len(f.data)), f.in.attr.Size)]
@@ -246,6 +259,10 @@ func runWindows(t *testing.T, img, chunkSz int64, seeds uint64, steps int) {
 			}
 			if got := s.preBlocks.Load(); got != 0 {
 				t.Fatalf("preBlocks %d after closing every file", got)
+			}
+			t.Logf("%d steps, %d of them ran out of space", steps, enospc)
+			if wantFull && enospc == 0 {
+				t.Fatal("the device never filled up: the test did not test ENOSPC")
 			}
 			if err := s.SyncAll(); err != nil {
 				t.Fatal(err)
