@@ -109,7 +109,9 @@ func TestPreallocWindowsRandom(t *testing.T) {
 
 // Near ENOSPC every failed allocation commits the journal: slow, so fewer
 // steps.
-func TestPreallocWindowsENOSPC(t *testing.T) { runWindows(t, 48<<20, 512<<10, 1, sized(300, 100), true) }
+func TestPreallocWindowsENOSPC(t *testing.T) {
+	runWindows(t, 48<<20, 512<<10, 1, sized(300, 100), true)
+}
 
 func runWindows(t *testing.T, img, chunkSz int64, seeds uint64, steps int, wantFull bool) {
 	for seed := range seeds {
