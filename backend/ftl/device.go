@@ -8,7 +8,9 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/streamfs/streamfs/backend"
@@ -297,16 +299,34 @@ func loadState(r io.ReaderAt, l Label) (m *Model, seq uint64, lost error) {
 }
 
 // Device is an image file with an FDP SSD model beside its data.
+//
+// The model is a measuring instrument: nothing it does may fail or slow the
+// filesystem. Its errors are kept and reported (FDPStats, the log), never
+// returned from a data path call, and its state is saved by a goroutine of
+// its own, not inside the Flush that a journal commit waits for.
 type Device struct {
 	f     *backend.File
 	path  string
 	ro    bool
 	label Label
 	m     *Model
+	warn  func(string)
 
-	saveMu   sync.Mutex // serialises saves; guards seq and lastSave
+	saveMu   sync.Mutex // serialises saves; guards seq
 	seq      uint64
-	lastSave time.Time
+	lastSave atomic.Int64 // unix nanoseconds of the last save started
+	kick     chan struct{}
+	stop     chan struct{}
+	saverWG  sync.WaitGroup
+	// writeState writes a framed state at off and makes it durable; tests
+	// replace it to make saves fail or block.
+	writeState func(b []byte, off int64) error
+
+	healthMu    sync.Mutex // guards the fields below
+	saves       uint64     // successful saves since open
+	saveFails   uint64     // failed saves since open
+	saveErr     error      // the last save's error, nil once one succeeds
+	stoppedWarn bool       // the model's own stop was logged
 }
 
 var _ backend.Device = (*Device)(nil)
@@ -323,7 +343,8 @@ func init() {
 
 // Open opens the image at path when it carries a model label (ok false
 // otherwise, with the file left closed). warn, if set, hears that the
-// saved state could not be used and the model starts empty.
+// saved state could not be used and the model starts empty, and later
+// that the model stopped counting or could not save its state.
 func Open(path string, ro bool, warn func(string)) (d *Device, ok bool, err error) {
 	f, err := backend.OpenFile(path, ro)
 	if err != nil {
@@ -342,10 +363,34 @@ func Open(path string, ro bool, warn func(string)) (d *Device, ok bool, err erro
 		f.Close()
 		return nil, true, fmt.Errorf("device %s: %w", path, lost)
 	}
-	if lost != nil && warn != nil {
+	if warn == nil {
+		warn = func(string) {}
+	}
+	if lost != nil {
 		warn(fmt.Sprintf("device %s: ftl model state unusable (%v); the model restarts empty, the filesystem is unaffected", path, lost))
 	}
-	return &Device{f: f, path: path, ro: ro, label: l, m: m, seq: seq, lastSave: time.Now()}, true, nil
+	d = &Device{f: f, path: path, ro: ro, label: l, m: m, seq: seq, warn: warn,
+		kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	d.writeState = d.writeSlot
+	d.lastSave.Store(time.Now().UnixNano())
+	if !ro {
+		d.saverWG.Add(1)
+		go d.saver()
+	}
+	return d, true, nil
+}
+
+// saver saves the state whenever Flush finds the last save old enough.
+func (d *Device) saver() {
+	defer d.saverWG.Done()
+	for {
+		select {
+		case <-d.stop:
+			return
+		case <-d.kick:
+			_ = d.Save() // recorded in the health fields and logged
+		}
+	}
 }
 
 // fileReader adapts backend.File to io.ReaderAt for the slots and label.
@@ -393,8 +438,21 @@ func (d *Device) WriteAt(p []byte, off int64, stream uint32) error {
 	}
 	// A model error only stops the counting (FDPStats reports it); the
 	// data is written, so the filesystem must not see a failure.
-	_ = d.m.Write(off, int64(len(p)), d.handle(stream))
+	if err := d.m.Write(off, int64(len(p)), d.handle(stream)); err != nil {
+		d.modelStopped(err)
+	}
 	return nil
+}
+
+// modelStopped logs, once, that the model stopped counting.
+func (d *Device) modelStopped(err error) {
+	d.healthMu.Lock()
+	first := !d.stoppedWarn
+	d.stoppedWarn = true
+	d.healthMu.Unlock()
+	if first {
+		d.warn(fmt.Sprintf("device %s: ftl model stopped counting (%v); its counters are incomplete from here on, the filesystem is unaffected", d.path, err))
+	}
 }
 
 // Discard implements backend.Device: punch the hole, invalidate the pages.
@@ -409,39 +467,68 @@ func (d *Device) Discard(off, length int64) error {
 	return nil
 }
 
-// Flush implements backend.Device; it also saves the model when the last
-// save is older than saveEvery.
+// Flush implements backend.Device. When the last save is older than
+// saveEvery it asks the saver for another, without waiting for it: a
+// journal commit waits for this Flush, and a save of a large drive's map
+// writes megabytes.
 func (d *Device) Flush() error {
 	if err := d.f.Flush(); err != nil {
 		return err
 	}
-	d.saveMu.Lock()
-	due := time.Since(d.lastSave) >= saveEvery
-	d.saveMu.Unlock()
-	if due {
-		return d.Save()
+	if !d.ro && time.Since(time.Unix(0, d.lastSave.Load())) >= saveEvery {
+		select {
+		case d.kick <- struct{}{}:
+		default: // a save is already asked for
+		}
 	}
 	return nil
 }
 
-// Save writes the model state to the older slot and syncs it.
+// saveChunk is how much of a state goes out before the next piece: a
+// journal commit's fdatasync running meanwhile finds at most this much of
+// it dirty.
+const saveChunk = 1 << 20
+
+// writeSlot writes a framed state in pieces, each written back at once,
+// then makes it durable.
+func (d *Device) writeSlot(b []byte, off int64) error {
+	for done := 0; done < len(b); done += saveChunk {
+		piece := b[done:min(done+saveChunk, len(b))]
+		if err := d.f.WriteAt(piece, off+int64(done), 0); err != nil {
+			return err
+		}
+		if err := d.f.WriteBack(off+int64(done), int64(len(piece))); err != nil {
+			return err
+		}
+	}
+	return d.f.Flush()
+}
+
+// Save writes the model state to the older slot and makes it durable. Its
+// outcome is also kept for FDPStats and logged when it fails.
 func (d *Device) Save() error {
 	if d.ro {
 		return nil
 	}
 	d.saveMu.Lock()
 	defer d.saveMu.Unlock()
-	d.lastSave = time.Now()
+	d.lastSave.Store(time.Now().UnixNano())
 	next := d.seq + 1
 	b := slotBytes(d.label, next, d.m.encode())
 	off := d.label.Logical + int64(next%2)*d.label.SlotSize
-	if err := d.f.WriteAt(b, off, 0); err != nil {
-		return fmt.Errorf("device %s: save ftl state: %w", d.path, err)
-	}
-	if err := d.f.Flush(); err != nil {
-		return fmt.Errorf("device %s: save ftl state: %w", d.path, err)
+	err := d.writeState(b, off)
+	d.healthMu.Lock()
+	defer d.healthMu.Unlock()
+	if err != nil {
+		err = fmt.Errorf("device %s: save ftl state: %w", d.path, err)
+		d.saveFails++
+		d.saveErr = err
+		d.warn(fmt.Sprintf("%v; the model keeps counting, but a crash now loses the counts since its last good save", err))
+		return err
 	}
 	d.seq = next
+	d.saves++
+	d.saveErr = nil
 	return nil
 }
 
@@ -457,8 +544,13 @@ func (d *Device) MaxStreams() uint32 { return uint32(d.label.Geometry.Handles) }
 // Kind implements backend.Device.
 func (d *Device) Kind() string { return "ftl" }
 
-// Close saves the model and closes the image.
+// Close stops the saver, saves the model and closes the image. A failed
+// save is logged and returned, but the image is closed all the same.
 func (d *Device) Close() error {
+	if !d.ro {
+		close(d.stop)
+		d.saverWG.Wait()
+	}
 	err := d.Save()
 	if cerr := d.f.Close(); err == nil {
 		err = cerr
@@ -477,7 +569,10 @@ func (d *Device) FDPInfo() nvme.FDPInfo {
 		ReclaimUnitSize: uint64(g.RUSize), PlacementIDs: pids, LBASize: PageSize}
 }
 
-// FDPStats reports the model's counters in the NVMe backend's shape.
+// FDPStats reports the model's counters in the NVMe backend's shape, and
+// in ModelError why they may be incomplete. It fails only when the counters
+// cannot be read at all, which never happens for the model: a stopped model
+// still has the counts up to its stop, and those are worth showing.
 func (d *Device) FDPStats() (nvme.FDPStats, error) {
 	c := d.m.Counters()
 	st := nvme.FDPStats{HostBytesWritten: c.Host, MediaBytesWritten: c.Media, MediaBytesErased: c.Erased,
@@ -492,5 +587,16 @@ func (d *Device) FDPStats() (nvme.FDPStats, error) {
 			WAF:            WAF(h.Host, h.Media),
 		})
 	}
-	return st, d.m.Err()
+	var msgs []string
+	if err := d.m.Err(); err != nil {
+		msgs = append(msgs, err.Error())
+	}
+	d.healthMu.Lock()
+	st.ModelSaves, st.ModelSaveFailures = d.saves, d.saveFails
+	if d.saveErr != nil {
+		msgs = append(msgs, d.saveErr.Error())
+	}
+	d.healthMu.Unlock()
+	st.ModelError = strings.Join(msgs, "; ")
+	return st, nil
 }

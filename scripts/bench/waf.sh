@@ -171,14 +171,18 @@ SAMPLER=
 # sample NAME: record "seconds host_bytes media_bytes fs_used fs_size" every 2 s in the
 # background until stop_sample.
 sample() {
-	local out=$BENCH_OUT/$1.samples t0=$SECONDS
+	local out=$BENCH_OUT/$1.samples errs=$BENCH_OUT/$1.model-errors t0=$SECONDS
 	: >"$out"
+	: >"$errs"
 	(
 		trap - EXIT INT TERM
 		while :; do
+			# A model error is kept beside the samples: phase_result
+			# fails the run on it even if it has cleared since.
 			"$STREAMFS_BIN" stats --json "$MNT" 2>/dev/null |
 				jq -r --argjson t $((SECONDS - t0)) --arg df "$(df --output=used,size -B1 "$MNT" 2>/dev/null | tail -1)" \
-					'"\($t) \(.fdp.host_bytes_written) \(.fdp.media_bytes_written) \($df)"' >>"$out" || true
+					'"\($t) \(.fdp.host_bytes_written) \(.fdp.media_bytes_written) \($df) \(.fdp.model_error // "")"' |
+				awk -v errs="$errs" 'NF > 5 { print > errs } { print $1, $2, $3, $4, $5 }' >>"$out" || true
 			sleep 2
 		done
 	) &
@@ -200,10 +204,20 @@ fdp_counters() {
 
 declare -A RES
 
+# model_ok NAME: numbers from a model that stopped counting, or whose state
+# save failed, cannot be trusted; the experiment stops with the reason.
+model_ok() {
+	local e
+	e=$("$STREAMFS_BIN" stats --json "$MNT" | jq -r '[.fdp_error, .fdp.model_error] | map(select(. != null and . != "")) | join("; ")')
+	[ -z "$e" ] || die "$1: the drive model reports: $e"
+	[ ! -s "$BENCH_OUT/$1.model-errors" ] || die "$1: the drive model reported during the run: $(tail -1 "$BENCH_OUT/$1.model-errors")"
+}
+
 # phase_result NAME "host0 media0": record the phase's WAF and per-handle
 # WAF, from the counters at its start.
 phase_result() {
 	local name=$1 h0 m0 h1 m1
+	model_ok "$name"
 	read -r h0 m0 <<<"$2"
 	read -r h1 m1 <<<"$(fdp_counters)"
 	"$STREAMFS_BIN" stats --json "$MNT" >"$BENCH_OUT/$name.stats.json"
