@@ -82,7 +82,13 @@ func decodeLabel(b []byte, fileSize int64) (Label, error) {
 	if 34+n > labelSize-4 {
 		return Label{}, fmt.Errorf("ftl label: geometry of %d bytes: %w", n, ErrState)
 	}
-	g, err := ParseGeometry(string(b[34 : 34+n]))
+	spec := string(b[34 : 34+n])
+	base := DefaultGeometry()
+	if !strings.Contains(spec, "bg=") {
+		// Formatted before GC timing had keys: keep the timing it had.
+		base = legacyGeometry()
+	}
+	g, err := parseGeometry(spec, base)
 	if err != nil {
 		return Label{}, fmt.Errorf("ftl label: %w", err)
 	}

@@ -2,7 +2,9 @@ package ftl
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"strings"
@@ -316,5 +318,25 @@ func TestModelStopReported(t *testing.T) {
 	st, err := d.FDPStats()
 	if err != nil || !strings.Contains(st.ModelError, "stopped counting") {
 		t.Fatalf("stats: %q, %v", st.ModelError, err)
+	}
+}
+
+// A label written before the GC timing keys existed keeps the timing the
+// drive was formatted with: on-demand GC, units opened lazily.
+func TestLegacyLabelKeepsTiming(t *testing.T) {
+	path, l := newImage(t, 64<<20, "op=14,ru=256K,handles=2")
+	b := l.encode()
+	spec := "op=14,ru=256K,handles=2,gc=cb,isolation=initial"
+	clear(b[32 : labelSize-4])
+	binary.LittleEndian.PutUint16(b[32:], uint16(len(spec)))
+	copy(b[34:], spec)
+	binary.LittleEndian.PutUint32(b[labelSize-4:], crc32.Checksum(b[:labelSize-4], castagnoli))
+	st, _ := os.Stat(path)
+	got, err := decodeLabel(b, st.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := got.Geometry; g.BG != 0 || g.FG != 0 || g.Preopen || g.GC != "cost-benefit" {
+		t.Fatalf("legacy label read as %+v", g)
 	}
 }
