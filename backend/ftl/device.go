@@ -538,6 +538,16 @@ func (d *Device) Save() error {
 	return nil
 }
 
+// Precondition applies the label's precondition (mkfs runs it after the
+// filesystem is made, whose whole-device discard would undo it) and saves
+// the state.
+func (d *Device) Precondition() error {
+	if err := d.m.Precondition(d.label.Geometry.Precondition, d.label.Nonce); err != nil {
+		return fmt.Errorf("device %s: %w", d.path, err)
+	}
+	return d.Save()
+}
+
 // Size implements backend.Device: only the logical space.
 func (d *Device) Size() int64 { return d.label.Logical }
 

@@ -3,6 +3,7 @@ package ftl
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 )
 
@@ -442,6 +443,40 @@ func (m *Model) relocate(v int32) {
 	u.erases++
 	m.ctr.Erased += uint64(m.l.ppru) * PageSize
 	m.free = append(m.free, uint32(v))
+}
+
+// Precondition leaves the drive as one that has been written before (mode
+// "seq": every logical page once, in order; "random": then one logical
+// capacity of uniform random 4 KiB overwrites, seeded by seed), not one
+// fresh from a whole-device discard, and zeroes the counters so that they
+// count only what follows. "none" does nothing.
+func (m *Model) Precondition(mode string, seed uint64) error {
+	switch mode {
+	case "none":
+		return nil
+	case "seq", "random":
+	default:
+		return fmt.Errorf("precondition=%s: want none, seq or random: %w", mode, ErrGeometry)
+	}
+	size, unit := m.LogicalBytes(), int64(m.l.ppru)*PageSize
+	for off := int64(0); off < size; off += unit {
+		if err := m.Write(off, min(unit, size-off), 0); err != nil {
+			return fmt.Errorf("precondition: %w", err)
+		}
+	}
+	if mode == "random" {
+		rng := rand.New(rand.NewPCG(seed, 0x5eed))
+		for range m.l.lpages {
+			if err := m.Write(rng.Int64N(int64(m.l.lpages))*PageSize, PageSize, 0); err != nil {
+				return fmt.Errorf("precondition: %w", err)
+			}
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.ctr = Counters{Handles: make([]HandleCounters, m.g.Handles)}
+	m.dirty = true
+	return nil
 }
 
 // Counters returns a snapshot of the counters.

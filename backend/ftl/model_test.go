@@ -336,3 +336,40 @@ func TestPreopen(t *testing.T) {
 	}
 	checkInvariants(t, on)
 }
+
+// A preconditioned drive starts with its counters at zero but every page
+// valid, so the first overwrites already cost GC copies; a fresh drive
+// takes them for free.
+func TestPrecondition(t *testing.T) {
+	run := func(mode string) (Counters, float64) {
+		m := mustModel(t, "op=7,ru=256K,handles=1", 64<<20)
+		if err := m.Precondition(mode, 1); err != nil {
+			t.Fatal(err)
+		}
+		c0 := m.Counters()
+		rng := rand.New(rand.NewPCG(9, 9))
+		for range m.l.lpages {
+			if err := m.Write(rng.Int64N(int64(m.l.lpages))*PageSize, PageSize, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		checkInvariants(t, m)
+		c := m.Counters()
+		return c0, WAF(c.Host, c.Media)
+	}
+	_, fresh := run("none")
+	for _, mode := range []string{"seq", "random"} {
+		c0, w := run(mode)
+		t.Logf("precondition=%s: WAF of one capacity of random writes %.3f, fresh drive %.3f", mode, w, fresh)
+		if c0.Host != 0 || c0.Media != 0 || c0.Erased != 0 {
+			t.Fatalf("precondition=%s left counters %+v", mode, c0)
+		}
+		if w < fresh+0.5 {
+			t.Errorf("precondition=%s: WAF %.3f, fresh %.3f: the drive does not look written", mode, w, fresh)
+		}
+	}
+	m := mustModel(t, "op=14,ru=64K,handles=1", 8<<20)
+	if err := m.Precondition("full", 1); !errors.Is(err, ErrGeometry) {
+		t.Fatalf("bad mode: %v", err)
+	}
+}

@@ -25,7 +25,7 @@ func Mkfs(args []string, stdout, stderr io.Writer) (code int) {
 	force := f.Bool("f", false, "overwrite an existing filesystem")
 	f.BoolVar(force, "force", false, "overwrite an existing filesystem")
 	kind := f.String("backend", "", "force a backend: file, block, nvme or ftl")
-	ftlSpec := f.String("ftl", "", "model an FDP SSD in the image: op=7,ru=8M,handles=8[,gc=greedy|cb][,isolation=initial|persistent]")
+	ftlSpec := f.String("ftl", "", "model an FDP SSD in the image: key=value,... (streamfs help mkfs lists the keys)")
 	pos, err := parseFlags(f, args)
 	if err != nil {
 		return exitUsage
@@ -136,6 +136,10 @@ func Mkfs(args []string, stdout, stderr io.Writer) (code int) {
 	}
 	doc := sfs.InfoDoc{Info: sb.Info(), Backend: dev.Kind()}
 	if d, ok := dev.(*ftl.Device); ok {
+		// After mkfs: its whole-device discard would undo it.
+		if err := d.Precondition(); err != nil {
+			return fail(stderr, "mkfs", err)
+		}
 		l := d.Label()
 		doc.Model = &l
 	}
