@@ -328,6 +328,12 @@ type Device struct {
 	// replace it to make saves fail or block.
 	writeState func(b []byte, off int64) error
 
+	// traceMu orders the model's counting with the trace's records (a
+	// replay must see the commands in the order the model did); taken
+	// only while a trace is recorded.
+	traceMu sync.Mutex
+	trace   *TraceWriter
+
 	healthMu    sync.Mutex // guards the fields below
 	saves       uint64     // successful saves since open
 	saveFails   uint64     // failed saves since open
@@ -442,12 +448,29 @@ func (d *Device) WriteAt(p []byte, off int64, stream uint32) error {
 	if err := d.f.WriteAt(p, off, stream); err != nil {
 		return err
 	}
-	// A model error only stops the counting (FDPStats reports it); the
-	// data is written, so the filesystem must not see a failure.
-	if err := d.m.Write(off, int64(len(p)), d.handle(stream)); err != nil {
+	h := d.handle(stream)
+	d.counted(Record{Op: OpWrite, Stream: stream, Handle: uint16(h), Off: off, Len: int64(len(p))}, func() error {
+		return d.m.Write(off, int64(len(p)), h)
+	})
+	return nil
+}
+
+// counted runs a model update and, while a trace is recorded, records it
+// in the same order. A model error only stops the counting (FDPStats
+// reports it); the data is written, so the filesystem must not see a
+// failure.
+func (d *Device) counted(r Record, update func() error) {
+	d.traceMu.Lock()
+	tw := d.trace
+	if tw == nil {
+		d.traceMu.Unlock()
+	} else {
+		defer d.traceMu.Unlock()
+		tw.Add(r)
+	}
+	if err := update(); err != nil {
 		d.modelStopped(err)
 	}
-	return nil
 }
 
 // modelStopped logs, once, that the model stopped counting.
@@ -469,7 +492,10 @@ func (d *Device) Discard(off, length int64) error {
 	if err := d.f.Discard(off, length); err != nil {
 		return err
 	}
-	d.m.Discard(off, length)
+	d.counted(Record{Op: OpDiscard, Off: off, Len: length}, func() error {
+		d.m.Discard(off, length)
+		return nil
+	})
 	return nil
 }
 
@@ -481,6 +507,12 @@ func (d *Device) Flush() error {
 	if err := d.f.Flush(); err != nil {
 		return err
 	}
+	d.traceMu.Lock()
+	if d.trace != nil {
+		d.trace.Add(Record{Op: OpFlush})
+		d.trace.Flush()
+	}
+	d.traceMu.Unlock()
 	if !d.ro && time.Since(time.Unix(0, d.lastSave.Load())) >= saveEvery {
 		select {
 		case d.kick <- struct{}{}:
@@ -542,11 +574,20 @@ func (d *Device) Save() error {
 // filesystem is made, whose whole-device discard would undo it) and saves
 // the state.
 func (d *Device) Precondition() error {
-	if err := d.m.Precondition(d.label.Geometry.Precondition, d.label.Nonce); err != nil {
+	mode := d.label.Geometry.Precondition
+	var err error
+	d.counted(Record{Op: OpPrecondition, Off: int64(d.label.Nonce >> 1), Len: preconditionCode[mode]}, func() error {
+		err = d.m.Precondition(mode, d.label.Nonce>>1)
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("device %s: %w", d.path, err)
 	}
 	return d.Save()
 }
+
+// preconditionCode is how a trace spells a precondition mode.
+var preconditionCode = map[string]int64{"none": 0, "seq": 1, "random": 2}
 
 // Size implements backend.Device: only the logical space.
 func (d *Device) Size() int64 { return d.label.Logical }
@@ -571,6 +612,14 @@ func (d *Device) Close() error {
 	if cerr := d.f.Close(); err == nil {
 		err = cerr
 	}
+	d.traceMu.Lock()
+	if d.trace != nil {
+		if terr := d.trace.Close(); err == nil {
+			err = terr
+		}
+		d.trace = nil
+	}
+	d.traceMu.Unlock()
 	return err
 }
 
@@ -613,6 +662,13 @@ func (d *Device) FDPStats() (nvme.FDPStats, error) {
 		msgs = append(msgs, d.saveErr.Error())
 	}
 	d.healthMu.Unlock()
+	d.traceMu.Lock()
+	if d.trace != nil {
+		if err := d.trace.Err(); err != nil {
+			msgs = append(msgs, err.Error())
+		}
+	}
+	d.traceMu.Unlock()
 	st.ModelError = strings.Join(msgs, "; ")
 	return st, nil
 }

@@ -103,6 +103,17 @@ const SpecHelp = `--ftl SPEC makes the image a modelled FDP SSD; SPEC is key=val
 FEMU's bbssd timing is bg=25,bg_invalid=12.5,fg=5,preopen=on.
 `
 
+// MountHelp describes the mount options that concern the model, for the
+// help of mount.
+const MountHelp = `  backend=ftl                 refuse an image without a drive model (modelled
+                              images are recognised without it)
+  ftl_trace=FILE              record every data and metadata write, discard and
+                              flush, with its stream and handle, to FILE (any
+                              backend); streamfs waf replay replays it
+  stream_rules=PAT:ID;...     give new files a stream by name (first match wins)
+  stream_rules_file=FILE      the same, one PATTERN:ID a line
+`
+
 // String renders g in the syntax ParseGeometry reads.
 func (g Geometry) String() string {
 	onOff := "off"

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/streamfs/streamfs/backend/ftl"
 	"github.com/streamfs/streamfs/fs/format"
 )
 
@@ -25,13 +26,14 @@ const (
 const usageText = `usage: streamfs COMMAND [ARGS]
 
 commands:
-  mkfs [--size SIZE] [--ag-count N] [--block-size 4096] [-L LABEL] [-f|--force] PATH
+  mkfs [--size SIZE] [--ag-count N] [--block-size 4096] [-L LABEL] [-f|--force] [--ftl SPEC] PATH
   mount [-o OPTIONS] PATH MOUNTPOINT
   info [--json] PATH|MOUNTPOINT
   fsck [-n] [-y|-p] [-f] PATH
   stream max|get|set PATH [ID]
   bmap [-v] [--json] FILE
   stats [--json] MOUNTPOINT
+  waf replay TRACE --ftl SPEC [...]
   version
   help [COMMAND]
   PATH MOUNTPOINT [-o OPTIONS]     (mount helper form, used by mount -t fuse.streamfs)
@@ -41,7 +43,7 @@ streamfs help COMMAND (or streamfs COMMAND --help) describes one command.
 
 // commandHelp is each command's --help text.
 var commandHelp = map[string]string{
-	"mkfs": `usage: streamfs mkfs [--size SIZE] [--ag-count N] [--block-size 4096] [-L LABEL] [-f|--force] [--backend KIND] PATH
+	"mkfs": `usage: streamfs mkfs [--size SIZE] [--ag-count N] [--block-size 4096] [-L LABEL] [-f|--force] [--backend KIND] [--ftl SPEC] PATH
 Formats a device or image file. A missing PATH is created as a sparse image
 of --size (K, M, G, T suffixes); a failed mkfs removes the file it created.
   --size SIZE        image size (refused for a block device)
@@ -49,9 +51,11 @@ of --size (K, M, G, T suffixes); a failed mkfs removes the file it created.
   --block-size N     block size, a power of two from 512 to 65536 (4096)
   -L LABEL           filesystem label
   -f, --force        overwrite an existing filesystem, or resize an image
-  --backend KIND     file, block or nvme (default: by what PATH is)
-`,
-	"mount": mountHelp,
+  --backend KIND     file, block, nvme or ftl (default: by what PATH is)
+  --ftl SPEC         model an FDP SSD in the image (below)
+  --ftl-trace FILE   record the device's commands from mkfs on (streamfs waf replay)
+` + ftl.SpecHelp,
+	"mount": mountHelp + "Drive model and streams:\n" + ftl.MountHelp,
 	"info": `usage: streamfs info [--json] PATH|MOUNTPOINT
 Prints the geometry of a device, image or mounted filesystem, like xfs_info.
 `,

@@ -26,6 +26,7 @@ func Mkfs(args []string, stdout, stderr io.Writer) (code int) {
 	f.BoolVar(force, "force", false, "overwrite an existing filesystem")
 	kind := f.String("backend", "", "force a backend: file, block, nvme or ftl")
 	ftlSpec := f.String("ftl", "", "model an FDP SSD in the image: key=value,... (streamfs help mkfs lists the keys)")
+	ftlTrace := f.String("ftl-trace", "", "record the device's commands to FILE (streamfs waf replay)")
 	pos, err := parseFlags(f, args)
 	if err != nil {
 		return exitUsage
@@ -127,6 +128,12 @@ func Mkfs(args []string, stdout, stderr io.Writer) (code int) {
 			return fail(stderr, "mkfs", err)
 		}
 		if dev, err = backend.Open(path, backend.OpenOptions{Kind: *kind, Warn: warnTo(stderr, "mkfs")}); err != nil {
+			return fail(stderr, "mkfs", err)
+		}
+	}
+	if *ftlTrace != "" {
+		// From mkfs on, so that a replay starts where the drive did.
+		if dev, err = traceDevice(dev, *ftlTrace); err != nil {
 			return fail(stderr, "mkfs", err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/syslog"
 	"os"
+	"path/filepath"
 	"os/exec"
 	"os/signal"
 	"runtime"
@@ -42,6 +43,7 @@ type mountOpts struct {
 	noRecovery                     bool
 	remount                        bool
 	rules                          *rules.Set // stream_rules, then stream_rules_file
+	ftlTrace                       string     // ftl_trace: record the device's commands here
 }
 
 // genericOpts are mount(8) options that mean nothing to streamfs; the mount
@@ -135,6 +137,14 @@ func parseMountOpts(list []string) (mountOpts, error) {
 				o.cacheBytes = n
 			case k == "log" && hasV:
 				o.logFile = v
+			case k == "ftl_trace" && hasV:
+				// Absolute: the background daemon does not keep the
+				// caller's working directory.
+				abs, err := filepath.Abs(v)
+				if err != nil {
+					return o, fmt.Errorf("-o ftl_trace=%s: %w", v, err)
+				}
+				o.ftlTrace = abs
 			case k == "stream_rules" && hasV:
 				// PATTERN:ID;PATTERN:ID - ';' because mount(8) splits at ','.
 				set, err := rules.Parse(v, "-o stream_rules")
@@ -350,6 +360,12 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 			return fmt.Errorf("%s is already mounted by another streamfs (or otherwise in use): %w", path, err)
 		}
 		return err
+	}
+	if o.ftlTrace != "" && !o.ro {
+		if dev, err = traceDevice(dev, o.ftlTrace); err != nil {
+			return err
+		}
+		log.Info("recording device commands", zap.String("ftl_trace", o.ftlTrace))
 	}
 	defer dev.Close()
 	if err := checkMountpoint(mnt); err != nil {
