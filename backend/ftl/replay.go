@@ -59,7 +59,9 @@ type ReplayResult struct {
 }
 
 // Replay plays the trace into a fresh model of geometry g whose logical
-// size is the traced device's.
+// size is the traced device's. g's precondition is applied where the trace
+// says mkfs preconditioned the drive (with the seed it used), or before the
+// first record when it never says so.
 func Replay(tr *TraceReader, g Geometry, o ReplayOptions) (ReplayResult, error) {
 	logical := tr.Header.Size / PageSize * PageSize
 	m, err := NewModel(g, logical)
@@ -72,6 +74,11 @@ func Replay(tr *TraceReader, g Geometry, o ReplayOptions) (ReplayResult, error) 
 		pending = make([]uint64, (m.l.lpages+63)/64)
 	}
 	var nextTrim, nextRow uint64 = uint64(o.TrimEvery), uint64(o.Interval)
+	if !tr.Preconditioned {
+		if err := m.Precondition(g.Precondition, 0); err != nil {
+			return res, fmt.Errorf("replay: %w", err)
+		}
+	}
 	prev := m.Counters()
 	for {
 		r, err := tr.Next()
@@ -111,11 +118,9 @@ func Replay(tr *TraceReader, g Geometry, o ReplayOptions) (ReplayResult, error) 
 				m.Discard(r.Off, r.Len)
 			}
 		case OpPrecondition:
-			mode := map[int64]string{0: "none", 1: "seq", 2: "random"}[r.Len]
-			if mode == "" {
-				return res, fmt.Errorf("replay: record %d: precondition %d: %w", res.Records, r.Len, ErrTrace)
-			}
-			if err := m.Precondition(mode, uint64(r.Off)); err != nil {
+			// The drive being modelled decides how it was
+			// preconditioned; the trace only says when.
+			if err := m.Precondition(g.Precondition, uint64(r.Off)); err != nil {
 				return res, fmt.Errorf("replay: %w", err)
 			}
 			prev = m.Counters()

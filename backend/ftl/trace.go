@@ -211,8 +211,11 @@ func readTraceHeader(r io.ReaderAt) (TraceHeader, error) {
 // TraceReader reads a trace's records in order.
 type TraceReader struct {
 	Header TraceHeader
-	r      *bufio.Reader
-	n      int64
+	// Preconditioned says the trace records where mkfs preconditioned
+	// the drive.
+	Preconditioned bool
+	r              *bufio.Reader
+	n              int64
 }
 
 // OpenTrace reads the header of the trace in f.
@@ -221,10 +224,27 @@ func OpenTrace(f *os.File) (*TraceReader, error) {
 	if err != nil {
 		return nil, err
 	}
+	t := &TraceReader{Header: h}
+	// One pass ahead for a precondition record: a replay preconditions
+	// its drive there, or at the start when the trace has none.
+	buf := make([]byte, 1<<20)
+	for off := int64(traceHeader); !t.Preconditioned; {
+		n, err := f.ReadAt(buf, off)
+		for i := 0; i+traceRecord <= n; i += traceRecord {
+			if buf[i] == OpPrecondition {
+				t.Preconditioned = true
+			}
+		}
+		off += int64(n)
+		if err != nil {
+			break
+		}
+	}
 	if _, err := f.Seek(traceHeader, io.SeekStart); err != nil {
 		return nil, fmt.Errorf("ftl trace: %w", err)
 	}
-	return &TraceReader{Header: h, r: bufio.NewReaderSize(f, 1<<20)}, nil
+	t.r = bufio.NewReaderSize(f, 1<<20)
+	return t, nil
 }
 
 // Next returns the next record; io.EOF at the end. A torn last record (a
