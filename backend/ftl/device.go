@@ -421,15 +421,8 @@ func (d *Device) Label() Label { return d.label }
 // Model returns the live model.
 func (d *Device) Model() *Model { return d.m }
 
-// handle maps a write stream to a reclaim unit handle as the NVMe backend
-// maps streams to placement identifiers: stream N to the N-th handle,
-// no stream to the first (shared with stream 1).
-func (d *Device) handle(stream uint32) int {
-	if stream == 0 || stream > uint32(d.label.Geometry.Handles) {
-		return 0
-	}
-	return int(stream - 1)
-}
+// handle maps a write stream to the handle it writes through.
+func (d *Device) handle(stream uint32) int { return d.label.Geometry.HandleFor(stream) }
 
 // ReadAt implements backend.Device.
 func (d *Device) ReadAt(p []byte, off int64) error {
@@ -552,7 +545,12 @@ func (d *Device) Save() error {
 	defer d.saveMu.Unlock()
 	d.lastSave.Store(time.Now().UnixNano())
 	next := d.seq + 1
-	b := slotBytes(d.label, next, d.m.encode())
+	var snap snapshot
+	d.counted(Record{Op: OpSave}, func() error {
+		snap = d.m.snapshot()
+		return nil
+	})
+	b := slotBytes(d.label, next, snap.encode())
 	off := d.label.Logical + int64(next%2)*d.label.SlotSize
 	err := d.writeState(b, off)
 	d.healthMu.Lock()

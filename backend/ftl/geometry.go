@@ -62,6 +62,11 @@ type Geometry struct {
 	// or "random" (seq, then one logical capacity of random 4 KiB
 	// overwrites). The counters start at zero after it.
 	Precondition string `json:"precondition"`
+	// Meta is where the filesystem's metadata goes: "last" (the last
+	// handle: its own while the streams in use are fewer than the
+	// handles) or "shared" (the first handle, with unstreamed data and
+	// stream 1, as NVMe drives get metadata without a directive).
+	Meta string `json:"meta"`
 }
 
 // Auto marks a threshold the model derives from the drive's geometry.
@@ -71,14 +76,14 @@ const Auto = -1
 // drives collect, with pre-opened units.
 func DefaultGeometry() Geometry {
 	return Geometry{OP: 7, RUSize: 8 << 20, Handles: 8, GC: "greedy", Isolation: "initial",
-		BG: Auto, BGInvalid: 12.5, FG: Auto, Preopen: true, Precondition: "none"}
+		BG: Auto, BGInvalid: 12.5, FG: Auto, Preopen: true, Precondition: "none", Meta: "last"}
 }
 
 // legacyGeometry is what a label written before the GC timing keys meant:
 // GC only when a handle needs a unit, units opened lazily.
 func legacyGeometry() Geometry {
 	g := DefaultGeometry()
-	g.BG, g.FG, g.Preopen = 0, 0, false
+	g.BG, g.FG, g.Preopen, g.Meta = 0, 0, false, "shared"
 	return g
 }
 
@@ -100,6 +105,8 @@ const SpecHelp = `--ftl SPEC makes the image a modelled FDP SSD; SPEC is key=val
   precondition=none
                   none (fresh drive), seq (written once) or random (written
                   once, then overwritten at random once); counters start after it
+  meta=last       filesystem metadata on the last handle (its own while fewer
+                  streams are in use) or shared (with stream 1 and no stream)
 FEMU's bbssd timing is bg=25,bg_invalid=12.5,fg=5,preopen=on.
 `
 
@@ -120,9 +127,9 @@ func (g Geometry) String() string {
 	if g.Preopen {
 		onOff = "on"
 	}
-	return fmt.Sprintf("op=%s,ru=%s,handles=%d,gc=%s,isolation=%s,bg=%s,bg_invalid=%s,fg=%s,preopen=%s,precondition=%s",
+	return fmt.Sprintf("op=%s,ru=%s,handles=%d,gc=%s,isolation=%s,bg=%s,bg_invalid=%s,fg=%s,preopen=%s,precondition=%s,meta=%s",
 		strconv.FormatFloat(g.OP, 'f', -1, 64), sizeString(g.RUSize), g.Handles, g.GC, g.Isolation,
-		pctString(g.BG), pctString(g.BGInvalid), pctString(g.FG), onOff, g.Precondition)
+		pctString(g.BG), pctString(g.BGInvalid), pctString(g.FG), onOff, g.Precondition, g.Meta)
 }
 
 func pctString(f float64) string {
@@ -210,8 +217,10 @@ func parseGeometry(s string, g Geometry) (Geometry, error) {
 			}
 		case "precondition":
 			g.Precondition = v
+		case "meta":
+			g.Meta = v
 		default:
-			return g, fmt.Errorf("unknown key %q (want op, ru, handles, gc, isolation, bg, bg_invalid, fg, preopen, precondition): %w", k, ErrGeometry)
+			return g, fmt.Errorf("unknown key %q (want op, ru, handles, gc, isolation, bg, bg_invalid, fg, preopen, precondition, meta): %w", k, ErrGeometry)
 		}
 		if err != nil {
 			return g, err
@@ -241,8 +250,20 @@ func (g Geometry) Validate() error {
 		return fmt.Errorf("fg=%v: want auto or a percentage from 0 to 50: %w", g.FG, ErrGeometry)
 	case g.Precondition != "none" && g.Precondition != "seq" && g.Precondition != "random":
 		return fmt.Errorf("precondition=%s: want none, seq or random: %w", g.Precondition, ErrGeometry)
+	case g.Meta != "last" && g.Meta != "shared":
+		return fmt.Errorf("meta=%s: want last or shared: %w", g.Meta, ErrGeometry)
 	}
 	return nil
+}
+
+// HandleFor maps a write stream to a 0-based handle as NVMe maps streams
+// to placement identifiers: stream N to the N-th handle, no stream (and a
+// stream beyond the handles) to the first; metadata per Meta.
+func (g Geometry) HandleFor(stream uint32) int {
+	if stream == backend.StreamMeta && g.Meta == "last" {
+		return g.Handles - 1
+	}
+	return streamHandle(stream, g.Handles)
 }
 
 // gcReserve is how many free units host writes leave for garbage

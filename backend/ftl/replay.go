@@ -16,8 +16,8 @@ type ReplayOptions struct {
 	// periodic fstrim does; a range written again before the batch is
 	// not trimmed.
 	TrimEvery int64
-	// Map sends a stream to a 0-based handle instead of the usual rule
-	// (stream N to handle N, no stream to the first).
+	// Map sends a stream (backend.StreamMeta: the metadata) to a 0-based
+	// handle instead of Geometry.HandleFor's rule.
 	Map map[uint32]int
 	// Interval, when positive, adds a row to Intervals every Interval
 	// bytes of host writes.
@@ -91,7 +91,7 @@ func Replay(tr *TraceReader, g Geometry, o ReplayOptions) (ReplayResult, error) 
 		res.Records++
 		switch r.Op {
 		case OpWrite:
-			h := streamHandle(r.Stream, g.Handles)
+			h := g.HandleFor(r.Stream)
 			if mh, ok := o.Map[r.Stream]; ok {
 				h = mh
 			}
@@ -117,6 +117,10 @@ func Replay(tr *TraceReader, g Geometry, o ReplayOptions) (ReplayResult, error) 
 			default:
 				m.Discard(r.Off, r.Len)
 			}
+		case OpSave:
+			m.mu.Lock()
+			m.canonical()
+			m.mu.Unlock()
 		case OpPrecondition:
 			// The drive being modelled decides how it was
 			// preconditioned; the trace only says when.

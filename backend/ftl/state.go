@@ -31,12 +31,35 @@ type snapshot struct {
 func (m *Model) snapshot() snapshot {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	// What decode cannot know, the order of the free list and of the
+	// units within a greedy bucket (tie-breaks), is made decode's order
+	// here, so that a model loaded from this state continues exactly as
+	// this one does (a replay does the same at the trace's save records).
+	m.canonical()
 	s := snapshot{l: m.l, handles: m.g.Handles, ctr: m.ctr, seq: m.seq,
 		writers: append([]writer(nil), m.writers...), units: append([]unit(nil), m.units...),
 		l2p: append([]uint32(nil), m.l2p...), lh: append([]uint8(nil), m.lh...)}
 	s.ctr.Handles = append([]HandleCounters(nil), m.ctr.Handles...)
 	m.dirty = false
 	return s
+}
+
+// canonical rebuilds the free list and the greedy buckets in the order
+// decode builds them.
+func (m *Model) canonical() {
+	m.free = m.free[:0]
+	for i := range m.bucket {
+		m.bucket[i] = -1
+	}
+	m.lowest = 0
+	for r := int(m.l.nru) - 1; r >= 0; r-- {
+		switch m.units[r].state {
+		case ruFree:
+			m.free = append(m.free, uint32(r))
+		case ruClosed:
+			m.link(int32(r))
+		}
+	}
 }
 
 // encode serialises the model: dimensions, counters, writers, units, and

@@ -24,7 +24,8 @@ import (
 // the handle the write got or would get on an FDP drive with the device's
 // streams), u32 stream, u64 offset, u64 length, u64 nanoseconds since the
 // trace was opened. A precondition record carries the mode in length
-// (1 seq, 2 random) and the seed in offset. A trace opened again on the
+// (1 seq, 2 random) and the seed in offset; a save record (op 5) marks a
+// state save of a modelled drive. A trace opened again on the
 // same device is appended to, so mkfs and several mounts can make one.
 const (
 	traceMagic   = "SFSTRACE"
@@ -39,6 +40,9 @@ const (
 	OpDiscard      uint8 = 2
 	OpFlush        uint8 = 3
 	OpPrecondition uint8 = 4
+	// OpSave marks where the model saved its state, which puts its free
+	// list and GC tie-breaks in a canonical order; a replay does the same.
+	OpSave uint8 = 5
 )
 
 // ErrTrace means a trace file is damaged or not a trace.
@@ -261,7 +265,7 @@ func (t *TraceReader) Next() (Record, error) {
 	le := binary.LittleEndian
 	r := Record{Op: b[0], Handle: le.Uint16(b[2:]), Stream: le.Uint32(b[4:]),
 		Off: int64(le.Uint64(b[8:])), Len: int64(le.Uint64(b[16:])), Nanos: int64(le.Uint64(b[24:]))}
-	if r.Op < OpWrite || r.Op > OpPrecondition || r.Off < 0 || r.Len < 0 ||
+	if r.Op < OpWrite || r.Op > OpSave || r.Off < 0 || r.Len < 0 ||
 		(r.Op != OpPrecondition && (r.Off > t.Header.Size || r.Len > t.Header.Size)) {
 		return Record{}, fmt.Errorf("record %d: op %d at %d length %d: %w", t.n, r.Op, r.Off, r.Len, ErrTrace)
 	}

@@ -27,7 +27,8 @@ SPEC gives exactly the counters the live run had.
   --no-discard        drop every discard, as a mount without discard
   --trim-every SIZE   hold discards back and trim them in one batch every
                       SIZE of host writes, as a periodic fstrim
-  --map S:H,...       send stream S to handle H (1-based) instead of H = S
+  --map S:H,...       send stream S (meta: the metadata) to handle H (1-based)
+                      instead of H = S
   --interval SIZE     one row per SIZE of host writes (default: 1/20 of the run)
   --json              print the result as JSON
   --plot FILE.png     draw the interval WAF, whole drive and per handle
@@ -93,6 +94,9 @@ func Waf(args []string, stdout, stderr io.Writer) int {
 		for _, kv := range strings.Split(*mapSpec, ",") {
 			s, h, ok := strings.Cut(kv, ":")
 			sn, err1 := strconv.ParseUint(s, 10, 32)
+			if s == "meta" {
+				sn, err1 = uint64(backend.StreamMeta), nil
+			}
 			hn, err2 := strconv.Atoi(h)
 			if !ok || err1 != nil || err2 != nil || hn < 1 || hn > g.Handles {
 				return usage(fmt.Errorf("--map %s: want STREAM:HANDLE with a handle from 1 to %d", kv, g.Handles))

@@ -91,3 +91,27 @@ func TestHelpDescribesFTL(t *testing.T) {
 		}
 	}
 }
+
+// The filesystem's metadata reaches a modelled drive on a handle of its own
+// (the last) with meta=last, and with unstreamed data on the first with
+// meta=shared.
+func TestMetadataHandle(t *testing.T) {
+	for meta, want := range map[string]int{"last": 3, "shared": 0} {
+		img := filepath.Join(t.TempDir(), "img")
+		var out, errb bytes.Buffer
+		if code := Main([]string{"mkfs", "--size", "96M", "--ftl", "op=14,ru=256K,handles=4,meta=" + meta, img}, &out, &errb); code != 0 {
+			t.Fatalf("mkfs: %d %s", code, errb.String())
+		}
+		d, _, err := ftl.Open(img, true, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _ := d.FDPStats()
+		d.Close()
+		for h, hs := range st.Handles {
+			if (h == want) != (hs.HostBytes > 0) {
+				t.Errorf("meta=%s: mkfs wrote %d bytes through handle %d; want all metadata on handle %d", meta, hs.HostBytes, h+1, want+1)
+			}
+		}
+	}
+}
