@@ -54,6 +54,9 @@
 #   last one, RocksDB's default since 8.4; keeps space amplification ~1.1)
 #   PENDING_SOFT=64M PENDING_HARD=256M (pending compaction bytes limits)
 #   TAG= (suffix of the plot's file name, for several configurations)
+#   TRACE=1 (rocksdb runs on the model: record the device trace, from mkfs
+#   on, and replay it on the same drive with --no-discard, reported beside
+#   the live WAF as NAME.nodiscard_waf; 0 skips)
 #   REPLOT=1  only redraw the RocksDB plots of docs/BENCHMARKS.md from the
 #             samples kept in scripts/bench/results/waf-rocksdb (no runs)
 #   RUNS="fio rocksdb w1 plain"  DB_MODES="none rules levels"
@@ -89,6 +92,7 @@ DYNAMIC=${DYNAMIC:-1}
 PENDING_SOFT=${PENDING_SOFT:-67108864}
 PENDING_HARD=${PENDING_HARD:-268435456}
 TAG=${TAG:-}
+TRACE=${TRACE:-1}
 PLOTS=${PLOTS:-docs/img}
 
 PLOT_DIR=$PLOTS
@@ -231,9 +235,12 @@ phase_result() {
 	log "$name: phase WAF ${RES[$name.waf]} (steady ${RES[$name.steady]}) over ${RES[$name.host]} GiB host writes; cumulative handles: ${RES[$name.handles]}"
 }
 
-new_drive() { # SIZE FTL-SPEC|"" : a fresh image, modelled or plain
+new_drive() { # SIZE FTL-SPEC|"" [TRACE-FILE] : a fresh image, modelled or plain
 	rm -f "$IMG"
-	if [ -n "$2" ]; then
+	if [ -n "${3:-}" ]; then
+		rm -f "$3"
+		"$STREAMFS_BIN" mkfs --size "$1" --ftl "$2" --ftl-trace "$3" "$IMG" >"$BENCH_OUT/mkfs.txt"
+	elif [ -n "$2" ]; then
 		"$STREAMFS_BIN" mkfs --size "$1" --ftl "$2" "$IMG" >"$BENCH_OUT/mkfs.txt"
 	else
 		"$STREAMFS_BIN" mkfs --size "$1" "$IMG" >"$BENCH_OUT/mkfs.txt"
@@ -322,9 +329,13 @@ RWHINT=
 db_run() { # NAME MODE(none|rules|levels) MODEL(0|1)
 	# commit=1: space of deleted tables is reusable once its free is
 	# committed; compaction needs it back quickly on a full drive.
-	local name=$1 mode=$2 model=$3 c0 opts=$DB_DISCARD,commit=1 t0 pre=() rc=0 trim=
+	local name=$1 mode=$2 model=$3 c0 opts=$DB_DISCARD,commit=1 t0 pre=() rc=0 trim= trace=
 	log "rocksdb $name"
-	new_drive "$DB_DRIVE" "$([ "$model" = 1 ] && echo "$DB_FTL")"
+	if [ "$model" = 1 ] && [ "$TRACE" = 1 ]; then
+		trace=$BENCH_OUT/$name.trace
+		opts="$opts,ftl_trace=$trace"
+	fi
+	new_drive "$DB_DRIVE" "$([ "$model" = 1 ] && echo "$DB_FTL")" "$trace"
 	[ "$mode" != none ] && opts="$opts,stream_rules=*.log:1;*.sst:2;MANIFEST-*:6"
 	[ "$mode" = levels ] && pre=(env LD_PRELOAD="$RWHINT")
 	mount_streamfs "$IMG" "$MNT" "$opts" "$BENCH_OUT/$name.log"
@@ -375,6 +386,13 @@ db_run() { # NAME MODE(none|rules|levels) MODEL(0|1)
 		stop_sample
 	fi
 	unmount "$MNT"
+	if [ -n "$trace" ]; then
+		# The same run on the same drive as if mounted without discard
+		# (whole run, from mkfs on; the live whole-run WAF beside it).
+		RES[$name.replay_waf]=$("$STREAMFS_BIN" waf replay --ftl "$DB_FTL" --json "$trace" | jq '.waf * 1000 | round / 1000')
+		RES[$name.nodiscard_waf]=$("$STREAMFS_BIN" waf replay --ftl "$DB_FTL" --no-discard --json "$trace" | jq '.waf * 1000 | round / 1000')
+		log "$name: whole run replayed ${RES[$name.replay_waf]}, without discard ${RES[$name.nodiscard_waf]}"
+	fi
 }
 
 # ---- W1: the streams job with and without the model ----
