@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -75,6 +76,27 @@ type TraceWriter struct {
 	t0  time.Time
 	buf [traceRecord]byte
 	err error
+	// warn hears, once, that the recording stopped.
+	warn func(string)
+}
+
+// SetWarn makes t report, once, that its recording stopped, and a failed
+// Close.
+func (t *TraceWriter) SetWarn(warn func(string)) {
+	t.mu.Lock()
+	t.warn = warn
+	t.mu.Unlock()
+}
+
+// fail records the error that stops the recording; t.mu is held.
+func (t *TraceWriter) fail(err error) {
+	if t.err != nil {
+		return
+	}
+	t.err = err
+	if t.warn != nil {
+		t.warn(fmt.Sprintf("ftl trace %s stopped recording (%v); the filesystem is unaffected, the trace ends here", t.f.Name(), err))
+	}
 }
 
 // CreateTrace opens the trace at path for appending, writing its header
@@ -141,7 +163,7 @@ func (t *TraceWriter) Add(r Record) {
 	le.PutUint64(b[16:], uint64(r.Len))
 	le.PutUint64(b[24:], uint64(time.Since(t.t0)))
 	if _, err := t.bw.Write(b); err != nil {
-		t.err = err
+		t.fail(err)
 	}
 }
 
@@ -152,7 +174,7 @@ func (t *TraceWriter) Flush() {
 	defer t.mu.Unlock()
 	if t.err == nil {
 		if err := t.bw.Flush(); err != nil {
-			t.err = err
+			t.fail(err)
 		}
 	}
 }
@@ -175,9 +197,11 @@ func (t *TraceWriter) Close() error {
 	err := t.err
 	if serr := t.f.Sync(); err == nil && serr != nil {
 		err = serr
+		t.fail(err)
 	}
 	if cerr := t.f.Close(); err == nil && cerr != nil {
 		err = cerr
+		t.fail(err)
 	}
 	if err != nil {
 		return fmt.Errorf("ftl trace: %w", err)
@@ -356,4 +380,11 @@ type tracedFDP struct {
 
 func (t *tracedFDP) FDPInfo() nvme.FDPInfo { return t.fdp.FDPInfo() }
 
-func (t *tracedFDP) FDPStats() (nvme.FDPStats, error) { return t.fdp.FDPStats() }
+// FDPStats adds a stopped recording to the device's report.
+func (t *tracedFDP) FDPStats() (nvme.FDPStats, error) {
+	st, err := t.fdp.FDPStats()
+	if terr := t.tw.Err(); terr != nil {
+		st.ModelError = strings.TrimPrefix(st.ModelError+"; "+terr.Error(), "; ")
+	}
+	return st, err
+}

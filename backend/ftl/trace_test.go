@@ -200,3 +200,36 @@ func TestBadTrace(t *testing.T) {
 		t.Fatalf("appending a trace of another device: %v", err)
 	}
 }
+
+// A trace that cannot be written stops recording, says so once, and never
+// fails the device call it records.
+func TestTraceFailureReported(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "img")
+	if err := os.WriteFile(path, make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dev, err := backend.OpenFile(path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tw, err := CreateTrace(filepath.Join(t.TempDir(), "trace"), TraceHeader{Size: dev.Size()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var warns []string
+	tw.SetWarn(func(s string) { warns = append(warns, s) })
+	d := Traced(dev, tw)
+	tw.f.Close() // the trace's file goes away under it
+	for range 2 {
+		if err := d.WriteAt(make([]byte, 4096), 0, 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Flush(); err != nil {
+			t.Fatalf("Flush failed with the trace: %v", err)
+		}
+	}
+	if len(warns) != 1 || tw.Err() == nil {
+		t.Fatalf("warnings %q, err %v", warns, tw.Err())
+	}
+	_ = d.Close()
+}

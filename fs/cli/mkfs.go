@@ -133,7 +133,7 @@ func Mkfs(args []string, stdout, stderr io.Writer) (code int) {
 	}
 	if *ftlTrace != "" {
 		// From mkfs on, so that a replay starts where the drive did.
-		if dev, err = traceDevice(dev, *ftlTrace); err != nil {
+		if dev, err = traceDevice(dev, *ftlTrace, warnTo(stderr, "mkfs")); err != nil {
 			return fail(stderr, "mkfs", err)
 		}
 	}

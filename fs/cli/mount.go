@@ -361,8 +361,11 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 		}
 		return err
 	}
-	if o.ftlTrace != "" && !o.ro {
-		if dev, err = traceDevice(dev, o.ftlTrace); err != nil {
+	switch {
+	case o.ftlTrace != "" && o.ro:
+		log.Info("read-only mount: nothing for ftl_trace to record", zap.String("ftl_trace", o.ftlTrace))
+	case o.ftlTrace != "":
+		if dev, err = traceDevice(dev, o.ftlTrace, func(msg string) { log.Warn(msg) }); err != nil {
 			return err
 		}
 		log.Info("recording device commands", zap.String("ftl_trace", o.ftlTrace))

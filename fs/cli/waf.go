@@ -39,13 +39,15 @@ func init() {
 	commandHelp["waf"] = wafHelp
 }
 
-// traceDevice records dev's commands to path (mount -o ftl_trace).
-func traceDevice(dev backend.Device, path string) (backend.Device, error) {
+// traceDevice records dev's commands to path (mount -o ftl_trace, mkfs
+// --ftl-trace); warn hears when the recording stops.
+func traceDevice(dev backend.Device, path string, warn func(string)) (backend.Device, error) {
 	tw, err := ftl.CreateTrace(path, ftl.TraceHeader{Size: dev.Size(), Handles: int(dev.MaxStreams()), Kind: dev.Kind()})
 	if err != nil {
 		dev.Close()
 		return nil, err
 	}
+	tw.SetWarn(warn)
 	return ftl.Traced(dev, tw), nil
 }
 

@@ -26,7 +26,7 @@ func TestMkfsTraceReplay(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatal(ok, err)
 	}
-	dev, err := traceDevice(d, trace)
+	dev, err := traceDevice(d, trace, func(s string) { t.Error(s) })
 	if err != nil {
 		t.Fatal(err)
 	}
