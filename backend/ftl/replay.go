@@ -127,6 +127,9 @@ func Replay(tr *TraceReader, g Geometry, o ReplayOptions) (ReplayResult, error) 
 			if err := m.Precondition(g.Precondition, uint64(r.Off)); err != nil {
 				return res, fmt.Errorf("replay: %w", err)
 			}
+			if g.Precondition != "none" {
+				clear(pending) // every page was written since
+			}
 			prev = m.Counters()
 		}
 		c := m.Counters()

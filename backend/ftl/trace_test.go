@@ -233,3 +233,35 @@ func TestTraceFailureReported(t *testing.T) {
 	}
 	_ = d.Close()
 }
+
+// mkfs discards the whole device before it preconditions: a batched trim
+// must not trim the preconditioned pages afterwards.
+func TestReplayTrimAfterPrecondition(t *testing.T) {
+	g, _ := ParseGeometry("op=14,ru=64K,handles=1,precondition=seq")
+	trace := filepath.Join(t.TempDir(), "trace")
+	tw, err := CreateTrace(trace, TraceHeader{Size: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tw.Add(Record{Op: OpDiscard, Off: 0, Len: 8 << 20})
+	tw.Add(Record{Op: OpPrecondition, Off: 3, Len: 1})
+	tw.Add(Record{Op: OpWrite, Off: 0, Len: 4096})
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := os.Open(trace)
+	defer f.Close()
+	tr, err := OpenTrace(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Replay(tr, g, ReplayOptions{TrimEvery: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for lp, p := range res.model.l2p {
+		if p == none {
+			t.Fatalf("page %d trimmed after the precondition wrote it", lp)
+		}
+	}
+}
