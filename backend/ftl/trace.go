@@ -242,8 +242,10 @@ type TraceReader struct {
 	// Preconditioned says the trace records where mkfs preconditioned
 	// the drive.
 	Preconditioned bool
-	r              *bufio.Reader
-	n              int64
+	// WriteBytes is the sum of the trace's write lengths.
+	WriteBytes int64
+	r          *bufio.Reader
+	n          int64
 }
 
 // OpenTrace reads the header of the trace in f.
@@ -253,14 +255,18 @@ func OpenTrace(f *os.File) (*TraceReader, error) {
 		return nil, err
 	}
 	t := &TraceReader{Header: h}
-	// One pass ahead for a precondition record: a replay preconditions
-	// its drive there, or at the start when the trace has none.
+	// One pass ahead for a precondition record (a replay preconditions
+	// its drive there, or at the start when the trace has none) and the
+	// bytes written (a replay's default interval).
 	buf := make([]byte, 1<<20)
-	for off := int64(traceHeader); !t.Preconditioned; {
+	for off := int64(traceHeader); ; {
 		n, err := f.ReadAt(buf, off)
 		for i := 0; i+traceRecord <= n; i += traceRecord {
-			if buf[i] == OpPrecondition {
+			switch buf[i] {
+			case OpPrecondition:
 				t.Preconditioned = true
+			case OpWrite:
+				t.WriteBytes += int64(binary.LittleEndian.Uint64(buf[i+16:]) & (1<<50 - 1))
 			}
 		}
 		off += int64(n)

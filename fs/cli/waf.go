@@ -119,13 +119,8 @@ func Waf(args []string, stdout, stderr io.Writer) int {
 		if o.Interval, err = backend.ParseSize(*intervalS); err != nil || o.Interval <= 0 {
 			return usage(fmt.Errorf("--interval %s: want a size (K, M, G suffixes)", *intervalS))
 		}
-	} else if st, err := tf.Stat(); err == nil {
-		// About 20 rows: the trace's write bytes are not known before the
-		// replay, so estimate them from its record count and the device.
-		o.Interval = max(1<<20, tr.Header.Size/4)
-		if recs := st.Size() / 32; recs > 0 {
-			o.Interval = max(1<<20, recs*8192/20)
-		}
+	} else {
+		o.Interval = max(1<<20, tr.WriteBytes/20)
 	}
 	res, err := ftl.Replay(tr, g, o)
 	if err != nil {
