@@ -26,7 +26,9 @@ import (
 //	[logical+slot, logical+2*slot)   state slot 1
 //	[size-4096, size)                label
 //
-// The label is written once by Format. Saves alternate between the slots,
+// The label is written once by Format. Its geometry is the --ftl spec with
+// every key spelled out; a label without the GC timing keys (bg=...) was
+// written before they existed and keeps the timing of then. Saves alternate between the slots,
 // each checksummed with a sequence number, so a torn save leaves the other
 // slot intact: after a crash the model loses at most the counts since its
 // last save. With both slots bad the model restarts empty, with a warning;
@@ -329,8 +331,8 @@ type Device struct {
 	writeState func(b []byte, off int64) error
 
 	// traceMu orders the model's counting with the trace's records (a
-	// replay must see the commands in the order the model did); taken
-	// only while a trace is recorded.
+	// replay must see the commands in the order the model did); held
+	// across the model update only while a trace is recorded.
 	traceMu sync.Mutex
 	trace   *TraceWriter
 
