@@ -1,10 +1,12 @@
 // Package ftl models the flash translation layer of an FDP SSD beside an
 // image file: page-level mapping, reclaim units filled through reclaim unit
 // handles, greedy or cost-benefit garbage collection in the background and
-// on demand, and the counters a drive keeps (host bytes, media bytes, bytes erased). It does not move data:
-// the image holds the host's bytes at their logical offsets, and the model
-// only counts what a drive would have written, so that its write
-// amplification can be read without owning the hardware.
+// on demand, and the counters a drive keeps (host bytes, media bytes, bytes
+// erased). It does not move data: the image holds the host's bytes at their
+// logical offsets, and the model only counts what a drive would have
+// written, so that its write amplification can be read without owning the
+// hardware. Traces (trace.go) record what a device was asked to do, and
+// Replay plays them into a model of any drive.
 package ftl
 
 import (
