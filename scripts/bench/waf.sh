@@ -54,6 +54,8 @@
 #   last one, RocksDB's default since 8.4; keeps space amplification ~1.1)
 #   PENDING_SOFT=64M PENDING_HARD=256M (pending compaction bytes limits)
 #   TAG= (suffix of the plot's file name, for several configurations)
+#   INFO_LOG=fs (RocksDB's info LOG in the database directory; stderr: in the
+#   run's .txt files, off the filesystem)
 #   TRACE=1 (rocksdb runs on the model: record the device trace, from mkfs
 #   on, and replay it on the same drive with --no-discard, reported beside
 #   the live WAF as NAME.nodiscard_waf; 0 skips)
@@ -93,6 +95,7 @@ PENDING_SOFT=${PENDING_SOFT:-67108864}
 PENDING_HARD=${PENDING_HARD:-268435456}
 TAG=${TAG:-}
 TRACE=${TRACE:-1}
+INFO_LOG=${INFO_LOG:-fs}
 PLOTS=${PLOTS:-docs/img}
 
 PLOT_DIR=$PLOTS
@@ -324,6 +327,10 @@ DB_OPTS=(--key_size=16 --value_size="$VALUE" --compression_type=none --threads=1
 	--max_bytes_for_level_base="$L1" --max_background_jobs=2 --histogram=0
 	--manual_wal_flush=1 --statistics=0 --seed=42 --stats_dump_period_sec=60 --level_compaction_dynamic_level_bytes="$DYNAMIC"
 	--soft_pending_compaction_bytes_limit="$PENDING_SOFT" --hard_pending_compaction_bytes_limit="$PENDING_HARD")
+# INFO_LOG=stderr keeps RocksDB's info LOG off the filesystem (it grows
+# without bound and, never deleted, is data of a lifetime of its own): the
+# lines go to the run's .txt files instead.
+[ "$INFO_LOG" = stderr ] && DB_OPTS+=(--use_stderr_info_logger=1)
 
 RWHINT=
 db_run() { # NAME MODE(none|rules|levels) MODEL(0|1)
@@ -379,7 +386,8 @@ db_run() { # NAME MODE(none|rules|levels) MODEL(0|1)
 	# RocksDB's last per-level compaction table (bytes written per level,
 	# since the overwrite's open): what lifetimes the host bytes have.
 	awk '/Compaction Stats \[default\]/ { n = 0; blk = "" } { if (n < 12) { blk = blk $0 "\n"; n++ } }
-		/^ Sum / && n { last = blk } END { printf "%s", last }' "$MNT/db/LOG" >"$BENCH_OUT/$name.levels" 2>/dev/null || true
+		/^ Sum / && n { last = blk } END { printf "%s", last }' \
+		"$([ "$INFO_LOG" = stderr ] && echo "$BENCH_OUT/$name.overwrite.txt" || echo "$MNT/db/LOG")" >"$BENCH_OUT/$name.levels" 2>/dev/null || true
 	log "overwrite: ${RES[$name.kops]} Kops/s in ${RES[$name.secs]} s"
 	if [ "$model" = 1 ]; then
 		phase_result "$name" "$c0"
