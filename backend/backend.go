@@ -35,5 +35,11 @@ type Device interface {
 	Close() error
 }
 
+// StreamMeta is the stream of the filesystem's own metadata writes
+// (superblock, journal, tree nodes), which live and die unlike any file's
+// data. A device that can place it on a handle of its own does; every other
+// treats it as no stream.
+const StreamMeta = ^uint32(0)
+
 // ErrBusy means another process holds the device (already mounted).
 var ErrBusy = errors.New("device is in use by another process (already mounted?)")

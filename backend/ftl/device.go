@@ -8,7 +8,9 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/streamfs/streamfs/backend"
@@ -24,7 +26,9 @@ import (
 //	[logical+slot, logical+2*slot)   state slot 1
 //	[size-4096, size)                label
 //
-// The label is written once by Format. Saves alternate between the slots,
+// The label is written once by Format. Its geometry is the --ftl spec with
+// every key spelled out; a label without the GC timing keys (bg=...) was
+// written before they existed and keeps the timing of then. Saves alternate between the slots,
 // each checksummed with a sequence number, so a torn save leaves the other
 // slot intact: after a crash the model loses at most the counts since its
 // last save. With both slots bad the model restarts empty, with a warning;
@@ -80,7 +84,13 @@ func decodeLabel(b []byte, fileSize int64) (Label, error) {
 	if 34+n > labelSize-4 {
 		return Label{}, fmt.Errorf("ftl label: geometry of %d bytes: %w", n, ErrState)
 	}
-	g, err := ParseGeometry(string(b[34 : 34+n]))
+	spec := string(b[34 : 34+n])
+	base := DefaultGeometry()
+	if !strings.Contains(spec, "bg=") {
+		// Formatted before GC timing had keys: keep the timing it had.
+		base = legacyGeometry()
+	}
+	g, err := parseGeometry(spec, base)
 	if err != nil {
 		return Label{}, fmt.Errorf("ftl label: %w", err)
 	}
@@ -297,16 +307,40 @@ func loadState(r io.ReaderAt, l Label) (m *Model, seq uint64, lost error) {
 }
 
 // Device is an image file with an FDP SSD model beside its data.
+//
+// The model is a measuring instrument: nothing it does may fail or slow the
+// filesystem. Its errors are kept and reported (FDPStats, the log), never
+// returned from a data path call, and its state is saved by a goroutine of
+// its own, not inside the Flush that a journal commit waits for.
 type Device struct {
 	f     *backend.File
 	path  string
 	ro    bool
 	label Label
 	m     *Model
+	warn  func(string)
 
-	saveMu   sync.Mutex // serialises saves; guards seq and lastSave
+	saveMu   sync.Mutex // serialises saves; guards seq
 	seq      uint64
-	lastSave time.Time
+	lastSave atomic.Int64 // unix nanoseconds of the last save started
+	kick     chan struct{}
+	stop     chan struct{}
+	saverWG  sync.WaitGroup
+	// writeState writes a framed state at off and makes it durable; tests
+	// replace it to make saves fail or block.
+	writeState func(b []byte, off int64) error
+
+	// traceMu orders the model's counting with the trace's records (a
+	// replay must see the commands in the order the model did); held
+	// across the model update only while a trace is recorded.
+	traceMu sync.Mutex
+	trace   *TraceWriter
+
+	healthMu    sync.Mutex // guards the fields below
+	saves       uint64     // successful saves since open
+	saveFails   uint64     // failed saves since open
+	saveErr     error      // the last save's error, nil once one succeeds
+	stoppedWarn bool       // the model's own stop was logged
 }
 
 var _ backend.Device = (*Device)(nil)
@@ -323,7 +357,8 @@ func init() {
 
 // Open opens the image at path when it carries a model label (ok false
 // otherwise, with the file left closed). warn, if set, hears that the
-// saved state could not be used and the model starts empty.
+// saved state could not be used and the model starts empty, and later
+// that the model stopped counting or could not save its state.
 func Open(path string, ro bool, warn func(string)) (d *Device, ok bool, err error) {
 	f, err := backend.OpenFile(path, ro)
 	if err != nil {
@@ -342,10 +377,34 @@ func Open(path string, ro bool, warn func(string)) (d *Device, ok bool, err erro
 		f.Close()
 		return nil, true, fmt.Errorf("device %s: %w", path, lost)
 	}
-	if lost != nil && warn != nil {
+	if warn == nil {
+		warn = func(string) {}
+	}
+	if lost != nil {
 		warn(fmt.Sprintf("device %s: ftl model state unusable (%v); the model restarts empty, the filesystem is unaffected", path, lost))
 	}
-	return &Device{f: f, path: path, ro: ro, label: l, m: m, seq: seq, lastSave: time.Now()}, true, nil
+	d = &Device{f: f, path: path, ro: ro, label: l, m: m, seq: seq, warn: warn,
+		kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	d.writeState = d.writeSlot
+	d.lastSave.Store(time.Now().UnixNano())
+	if !ro {
+		d.saverWG.Add(1)
+		go d.saver()
+	}
+	return d, true, nil
+}
+
+// saver saves the state whenever Flush finds the last save old enough.
+func (d *Device) saver() {
+	defer d.saverWG.Done()
+	for {
+		select {
+		case <-d.stop:
+			return
+		case <-d.kick:
+			_ = d.Save() // recorded in the health fields and logged
+		}
+	}
 }
 
 // fileReader adapts backend.File to io.ReaderAt for the slots and label.
@@ -364,15 +423,8 @@ func (d *Device) Label() Label { return d.label }
 // Model returns the live model.
 func (d *Device) Model() *Model { return d.m }
 
-// handle maps a write stream to a reclaim unit handle as the NVMe backend
-// maps streams to placement identifiers: stream N to the N-th handle,
-// no stream to the first (shared with stream 1).
-func (d *Device) handle(stream uint32) int {
-	if stream == 0 || stream > uint32(d.label.Geometry.Handles) {
-		return 0
-	}
-	return int(stream - 1)
-}
+// handle maps a write stream to the handle it writes through.
+func (d *Device) handle(stream uint32) int { return d.label.Geometry.HandleFor(stream) }
 
 // ReadAt implements backend.Device.
 func (d *Device) ReadAt(p []byte, off int64) error {
@@ -391,10 +443,40 @@ func (d *Device) WriteAt(p []byte, off int64, stream uint32) error {
 	if err := d.f.WriteAt(p, off, stream); err != nil {
 		return err
 	}
-	// A model error only stops the counting (FDPStats reports it); the
-	// data is written, so the filesystem must not see a failure.
-	_ = d.m.Write(off, int64(len(p)), d.handle(stream))
+	h := d.handle(stream)
+	d.counted(Record{Op: OpWrite, Stream: stream, Handle: uint16(h), Off: off, Len: int64(len(p))}, func() error {
+		return d.m.Write(off, int64(len(p)), h)
+	})
 	return nil
+}
+
+// counted runs a model update and, while a trace is recorded, records it
+// in the same order. A model error only stops the counting (FDPStats
+// reports it); the data is written, so the filesystem must not see a
+// failure.
+func (d *Device) counted(r Record, update func() error) {
+	d.traceMu.Lock()
+	tw := d.trace
+	if tw == nil {
+		d.traceMu.Unlock()
+	} else {
+		defer d.traceMu.Unlock()
+		tw.Add(r)
+	}
+	if err := update(); err != nil {
+		d.modelStopped(err)
+	}
+}
+
+// modelStopped logs, once, that the model stopped counting.
+func (d *Device) modelStopped(err error) {
+	d.healthMu.Lock()
+	first := !d.stoppedWarn
+	d.stoppedWarn = true
+	d.healthMu.Unlock()
+	if first {
+		d.warn(fmt.Sprintf("device %s: ftl model stopped counting (%v); its counters are incomplete from here on, the filesystem is unaffected", d.path, err))
+	}
 }
 
 // Discard implements backend.Device: punch the hole, invalidate the pages.
@@ -405,45 +487,107 @@ func (d *Device) Discard(off, length int64) error {
 	if err := d.f.Discard(off, length); err != nil {
 		return err
 	}
-	d.m.Discard(off, length)
+	d.counted(Record{Op: OpDiscard, Off: off, Len: length}, func() error {
+		d.m.Discard(off, length)
+		return nil
+	})
 	return nil
 }
 
-// Flush implements backend.Device; it also saves the model when the last
-// save is older than saveEvery.
+// Flush implements backend.Device. When the last save is older than
+// saveEvery it asks the saver for another, without waiting for it: a
+// journal commit waits for this Flush, and a save of a large drive's map
+// writes megabytes.
 func (d *Device) Flush() error {
 	if err := d.f.Flush(); err != nil {
 		return err
 	}
-	d.saveMu.Lock()
-	due := time.Since(d.lastSave) >= saveEvery
-	d.saveMu.Unlock()
-	if due {
-		return d.Save()
+	d.traceMu.Lock()
+	if d.trace != nil {
+		d.trace.Add(Record{Op: OpFlush})
+		d.trace.Flush()
+	}
+	d.traceMu.Unlock()
+	if !d.ro && time.Since(time.Unix(0, d.lastSave.Load())) >= saveEvery {
+		select {
+		case d.kick <- struct{}{}:
+		default: // a save is already asked for
+		}
 	}
 	return nil
 }
 
-// Save writes the model state to the older slot and syncs it.
+// saveChunk is how much of a state goes out before the next piece: a
+// journal commit's fdatasync running meanwhile finds at most this much of
+// it dirty.
+const saveChunk = 1 << 20
+
+// writeSlot writes a framed state in pieces, each written back at once,
+// then makes it durable.
+func (d *Device) writeSlot(b []byte, off int64) error {
+	for done := 0; done < len(b); done += saveChunk {
+		piece := b[done:min(done+saveChunk, len(b))]
+		if err := d.f.WriteAt(piece, off+int64(done), 0); err != nil {
+			return err
+		}
+		if err := d.f.WriteBack(off+int64(done), int64(len(piece))); err != nil {
+			return err
+		}
+	}
+	return d.f.Flush()
+}
+
+// Save writes the model state to the older slot and makes it durable. Its
+// outcome is also kept for FDPStats and logged when it fails.
 func (d *Device) Save() error {
 	if d.ro {
 		return nil
 	}
 	d.saveMu.Lock()
 	defer d.saveMu.Unlock()
-	d.lastSave = time.Now()
+	d.lastSave.Store(time.Now().UnixNano())
 	next := d.seq + 1
-	b := slotBytes(d.label, next, d.m.encode())
+	var snap snapshot
+	d.counted(Record{Op: OpSave}, func() error {
+		snap = d.m.snapshot()
+		return nil
+	})
+	b := slotBytes(d.label, next, snap.encode())
 	off := d.label.Logical + int64(next%2)*d.label.SlotSize
-	if err := d.f.WriteAt(b, off, 0); err != nil {
-		return fmt.Errorf("device %s: save ftl state: %w", d.path, err)
-	}
-	if err := d.f.Flush(); err != nil {
-		return fmt.Errorf("device %s: save ftl state: %w", d.path, err)
+	err := d.writeState(b, off)
+	d.healthMu.Lock()
+	defer d.healthMu.Unlock()
+	if err != nil {
+		err = fmt.Errorf("device %s: save ftl state: %w", d.path, err)
+		d.saveFails++
+		d.saveErr = err
+		d.warn(fmt.Sprintf("%v; the model keeps counting, but a crash now loses the counts since its last good save", err))
+		return err
 	}
 	d.seq = next
+	d.saves++
+	d.saveErr = nil
 	return nil
 }
+
+// Precondition applies the label's precondition (mkfs runs it after the
+// filesystem is made, whose whole-device discard would undo it) and saves
+// the state.
+func (d *Device) Precondition() error {
+	mode := d.label.Geometry.Precondition
+	var err error
+	d.counted(Record{Op: OpPrecondition, Off: int64(d.label.Nonce >> 1), Len: preconditionCode[mode]}, func() error {
+		err = d.m.Precondition(mode, d.label.Nonce>>1)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("device %s: %w", d.path, err)
+	}
+	return d.Save()
+}
+
+// preconditionCode is how a trace spells a precondition mode.
+var preconditionCode = map[string]int64{"none": 0, "seq": 1, "random": 2}
 
 // Size implements backend.Device: only the logical space.
 func (d *Device) Size() int64 { return d.label.Logical }
@@ -457,12 +601,25 @@ func (d *Device) MaxStreams() uint32 { return uint32(d.label.Geometry.Handles) }
 // Kind implements backend.Device.
 func (d *Device) Kind() string { return "ftl" }
 
-// Close saves the model and closes the image.
+// Close stops the saver, saves the model and closes the image. A failed
+// save is logged and returned, but the image is closed all the same.
 func (d *Device) Close() error {
+	if !d.ro {
+		close(d.stop)
+		d.saverWG.Wait()
+	}
 	err := d.Save()
 	if cerr := d.f.Close(); err == nil {
 		err = cerr
 	}
+	d.traceMu.Lock()
+	if d.trace != nil {
+		if terr := d.trace.Close(); err == nil {
+			err = terr
+		}
+		d.trace = nil
+	}
+	d.traceMu.Unlock()
 	return err
 }
 
@@ -477,7 +634,10 @@ func (d *Device) FDPInfo() nvme.FDPInfo {
 		ReclaimUnitSize: uint64(g.RUSize), PlacementIDs: pids, LBASize: PageSize}
 }
 
-// FDPStats reports the model's counters in the NVMe backend's shape.
+// FDPStats reports the model's counters in the NVMe backend's shape, and
+// in ModelError why they may be incomplete. It fails only when the counters
+// cannot be read at all, which never happens for the model: a stopped model
+// still has the counts up to its stop, and those are worth showing.
 func (d *Device) FDPStats() (nvme.FDPStats, error) {
 	c := d.m.Counters()
 	st := nvme.FDPStats{HostBytesWritten: c.Host, MediaBytesWritten: c.Media, MediaBytesErased: c.Erased,
@@ -492,5 +652,23 @@ func (d *Device) FDPStats() (nvme.FDPStats, error) {
 			WAF:            WAF(h.Host, h.Media),
 		})
 	}
-	return st, d.m.Err()
+	var msgs []string
+	if err := d.m.Err(); err != nil {
+		msgs = append(msgs, err.Error())
+	}
+	d.healthMu.Lock()
+	st.ModelSaves, st.ModelSaveFailures = d.saves, d.saveFails
+	if d.saveErr != nil {
+		msgs = append(msgs, d.saveErr.Error())
+	}
+	d.healthMu.Unlock()
+	d.traceMu.Lock()
+	if d.trace != nil {
+		if err := d.trace.Err(); err != nil {
+			msgs = append(msgs, err.Error())
+		}
+	}
+	d.traceMu.Unlock()
+	st.ModelError = strings.Join(msgs, "; ")
+	return st, nil
 }

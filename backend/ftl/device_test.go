@@ -2,11 +2,16 @@ package ftl
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/streamfs/streamfs/backend"
 )
@@ -197,5 +202,141 @@ func TestFormatTooSmall(t *testing.T) {
 	}
 	if _, ok, _ := ReadLabel(path); ok {
 		t.Fatal("failed format left a label")
+	}
+}
+
+// saveDue makes the next Flush ask for a state save.
+func saveDue(d *Device) { d.lastSave.Store(time.Now().Add(-2 * saveEvery).UnixNano()) }
+
+// A failed state save is the model's problem, never the filesystem's:
+// Flush (a journal commit) still succeeds, the model keeps counting, and
+// FDPStats and the log say what happened until a later save succeeds.
+func TestSaveFailureNeverFailsFlush(t *testing.T) {
+	path, _ := newImage(t, 64<<20, "op=14,ru=256K,handles=2")
+	d, _ := openDev(t, path)
+	var warns []string
+	var wmu sync.Mutex
+	d.warn = func(s string) { wmu.Lock(); warns = append(warns, s); wmu.Unlock() }
+	called := make(chan struct{}, 4)
+	d.writeState = func([]byte, int64) error { called <- struct{}{}; return syscall.EIO }
+	if err := d.WriteAt(make([]byte, 1<<20), 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	saveDue(d)
+	if err := d.Flush(); err != nil {
+		t.Fatalf("Flush returned the model's save error: %v", err)
+	}
+	<-called
+	d.saveMu.Lock() // the save records its outcome before it lets go
+	d.saveMu.Unlock()
+	st, err := d.FDPStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.ModelSaveFailures != 1 || !strings.Contains(st.ModelError, "save ftl state") || !strings.Contains(st.ModelError, "input/output error") {
+		t.Fatalf("after a failed save: failures %d, model error %q", st.ModelSaveFailures, st.ModelError)
+	}
+	wmu.Lock()
+	if len(warns) != 1 || !strings.Contains(warns[0], "save ftl state") {
+		t.Fatalf("log after a failed save: %q", warns)
+	}
+	wmu.Unlock()
+	if err := d.WriteAt(make([]byte, 1<<20), 1<<20, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := d.FDPStats(); st.HostBytesWritten != 2<<20 {
+		t.Fatalf("model stopped counting after a failed save: host %d", st.HostBytesWritten)
+	}
+	d.writeState = d.writeSlot
+	if err := d.Save(); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := d.FDPStats(); st.ModelError != "" || st.ModelSaves != 1 || st.ModelSaveFailures != 1 {
+		t.Fatalf("after a good save: %q, saves %d failures %d", st.ModelError, st.ModelSaves, st.ModelSaveFailures)
+	}
+	d.writeState = func([]byte, int64) error { return syscall.EIO }
+	if err := d.Close(); err == nil {
+		t.Fatal("Close hid a failed final save")
+	}
+}
+
+// The state save runs beside Flush, not inside it: a journal commit waits
+// for Flush, and a save of a large drive writes megabytes.
+func TestFlushDoesNotWaitForSave(t *testing.T) {
+	path, _ := newImage(t, 64<<20, "op=14,ru=256K,handles=2")
+	d, _ := openDev(t, path)
+	started, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	d.writeState = func(b []byte, off int64) error {
+		once.Do(func() { close(started) })
+		<-release
+		return d.writeSlot(b, off)
+	}
+	saveDue(d)
+	flushed := make(chan error, 1)
+	go func() { flushed <- d.Flush() }()
+	<-started // the save was asked for and is now held
+	select {
+	case err := <-flushed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute): // a hang detector, not a latency bound
+		t.Fatal("Flush waited for the model's state save")
+	}
+	close(release)
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, warns := openDev(t, path); len(warns) != 0 {
+		t.Fatalf("state after a background save and close: %v", warns)
+	}
+}
+
+// A model that stops counting says so once in the log and in FDPStats;
+// writes still reach the image and succeed.
+func TestModelStopReported(t *testing.T) {
+	path, _ := newImage(t, 64<<20, "op=14,ru=256K,handles=2")
+	d, _ := openDev(t, path)
+	defer d.Close()
+	var warns []string
+	d.warn = func(s string) { warns = append(warns, s) }
+	d.m.mu.Lock()
+	d.m.err = errStuck
+	d.m.mu.Unlock()
+	for range 2 {
+		if err := d.WriteAt([]byte{1}, 0, 1); err != nil {
+			t.Fatalf("write with a stopped model: %v", err)
+		}
+	}
+	if len(warns) != 1 || !strings.Contains(warns[0], "stopped counting") {
+		t.Fatalf("log: %q", warns)
+	}
+	st, err := d.FDPStats()
+	if err != nil || !strings.Contains(st.ModelError, "stopped counting") {
+		t.Fatalf("stats: %q, %v", st.ModelError, err)
+	}
+}
+
+// A label written before the GC timing keys existed keeps the timing the
+// drive was formatted with: on-demand GC, units opened lazily.
+func TestLegacyLabelKeepsTiming(t *testing.T) {
+	path, l := newImage(t, 64<<20, "op=14,ru=256K,handles=2")
+	b := l.encode()
+	spec := "op=14,ru=256K,handles=2,gc=cb,isolation=initial"
+	clear(b[32 : labelSize-4])
+	binary.LittleEndian.PutUint16(b[32:], uint16(len(spec)))
+	copy(b[34:], spec)
+	binary.LittleEndian.PutUint32(b[labelSize-4:], crc32.Checksum(b[:labelSize-4], castagnoli))
+	st, _ := os.Stat(path)
+	got, err := decodeLabel(b, st.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := got.Geometry; g.BG != 0 || g.FG != 0 || g.Preopen || g.GC != "cost-benefit" {
+		t.Fatalf("legacy label read as %+v", g)
 	}
 }

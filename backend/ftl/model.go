@@ -3,6 +3,7 @@ package ftl
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 )
 
@@ -78,6 +79,7 @@ type Model struct {
 	free    []uint32 // free units, used as a stack
 	writers []writer // [0, Handles): host handles; then GC destinations
 	bucket  []int32  // greedy: head of the closed units with v valid pages
+	lowest  uint32   // no bucket below this holds a unit
 	seq     uint64   // units closed so far
 	ctr     Counters
 	dirty   bool // changed since the last save
@@ -94,6 +96,11 @@ func NewModel(g Geometry, logical int64) (*Model, error) {
 	m := alloc(g, l)
 	for i := int(l.nru) - 1; i >= 0; i-- {
 		m.free = append(m.free, uint32(i))
+	}
+	if g.Preopen {
+		for h := range g.Handles {
+			m.open(h)
+		}
 	}
 	m.dirty = true
 	return m, nil
@@ -164,6 +171,16 @@ func (m *Model) Write(off, n int64, h int) error {
 	if m.err != nil {
 		return m.err
 	}
+	// Foreground GC, as FEMU's ssd_write does before a write: whatever the
+	// victims' share, until enough units are free. Bounded, in case no
+	// victim gains anything.
+	for i := uint32(0); m.l.fgUnits > 0 && uint32(len(m.free)) <= m.l.fgUnits && i < m.l.nru; i++ {
+		v := m.victim(1)
+		if v < 0 {
+			break
+		}
+		m.relocate(v)
+	}
 	for lp := first; lp <= last; lp++ {
 		if err := m.writePage(lp, h); err != nil {
 			m.err = err
@@ -176,7 +193,20 @@ func (m *Model) Write(off, n int64, h int) error {
 	m.ctr.Handles[h].Host += bytes
 	m.ctr.Handles[h].Media += bytes
 	m.dirty = true
+	m.background()
 	return nil
+}
+
+// background is the GC a drive runs between commands (FEMU: after each
+// one): one victim, only when few units are free and only one that gains
+// enough.
+func (m *Model) background() {
+	if m.l.bgUnits == 0 || uint32(len(m.free)) > m.l.bgUnits {
+		return
+	}
+	if v := m.victim(max(1, m.l.bgMinInvalid)); v >= 0 {
+		m.relocate(v)
+	}
 }
 
 func (m *Model) writePage(lp uint32, h int) error {
@@ -210,6 +240,9 @@ func (m *Model) Discard(off, n int64) {
 			m.dirty = true
 		}
 	}
+	if m.err == nil {
+		m.background()
+	}
 }
 
 func (m *Model) invalidate(p uint32) {
@@ -234,6 +267,7 @@ func (m *Model) link(r int32) {
 		m.units[head].prev = r
 	}
 	m.bucket[u.valid] = r
+	m.lowest = min(m.lowest, u.valid)
 }
 
 func (m *Model) unlink(r int32) {
@@ -250,33 +284,57 @@ func (m *Model) unlink(r int32) {
 }
 
 // place returns the next physical page of writer w, opening a new unit when
-// its current one is full. Host writers (gc true) first let GC refill the
-// free pool; GC destinations draw on the reserve.
+// it has none. Host writers (gc true) first let GC refill the free pool when
+// they need a unit; GC destinations draw on the reserve. With Preopen a host
+// writer takes its next unit as soon as one fills, as drives do.
 func (m *Model) place(w int, gc bool) (uint32, error) {
 	wr := &m.writers[w]
-	if wr.ru < 0 || wr.wp == m.l.ppru {
-		if wr.ru >= 0 {
-			m.close(wr.ru)
-			wr.ru = -1
+	if wr.ru >= 0 && wr.wp == m.l.ppru { // a full unit from a state saved before units closed when full
+		m.close(wr.ru)
+		wr.ru = -1
+	}
+	if wr.ru < 0 {
+		if err := m.refill(w, gc); err != nil {
+			return 0, err
 		}
-		if gc {
-			if err := m.collect(); err != nil {
-				return 0, err
-			}
-		}
-		if len(m.free) == 0 {
-			return 0, errStuck
-		}
-		r := m.free[len(m.free)-1]
-		m.free = m.free[:len(m.free)-1]
-		m.units[r].state = ruOpen
-		m.units[r].owner = int16(w)
-		wr.ru, wr.wp = int32(r), 0
 	}
 	p := uint32(wr.ru)*m.l.ppru + wr.wp
 	wr.wp++
 	m.units[wr.ru].valid++
+	if wr.wp == m.l.ppru {
+		m.close(wr.ru)
+		wr.ru = -1
+		if m.g.Preopen && w < m.g.Handles {
+			// The page is placed; a unit that cannot be had now is
+			// asked for again at the next write.
+			_ = m.refill(w, gc)
+		}
+	}
 	return p, nil
+}
+
+// refill opens a free unit for writer w, collecting first when gc is set
+// and the pool is down to the reserve.
+func (m *Model) refill(w int, gc bool) error {
+	if gc {
+		if err := m.collect(); err != nil {
+			return err
+		}
+	}
+	if len(m.free) == 0 {
+		return errStuck
+	}
+	m.open(w)
+	return nil
+}
+
+// open gives writer w the free unit on top of the stack.
+func (m *Model) open(w int) {
+	r := m.free[len(m.free)-1]
+	m.free = m.free[:len(m.free)-1]
+	m.units[r].state = ruOpen
+	m.units[r].owner = int16(w)
+	m.writers[w] = writer{ru: int32(r), wp: 0}
 }
 
 func (m *Model) close(r int32) {
@@ -290,7 +348,7 @@ func (m *Model) close(r int32) {
 // collect runs GC until more than gcReserve units are free.
 func (m *Model) collect() error {
 	for len(m.free) <= gcReserve {
-		v := m.victim()
+		v := m.victim(1)
 		if v < 0 {
 			if len(m.free) > 0 {
 				return nil // nothing to gain now; the reserve still serves
@@ -302,15 +360,20 @@ func (m *Model) collect() error {
 	return nil
 }
 
-// victim picks the closed unit to collect, -1 if every one is fully valid.
-func (m *Model) victim() int32 {
-	if m.g.GC == "cb" {
+// victim picks the closed unit to collect among those with at least
+// minInvalid invalid pages, -1 if there is none.
+func (m *Model) victim(minInvalid uint32) int32 {
+	if minInvalid > m.l.ppru {
+		return -1
+	}
+	maxValid := m.l.ppru - minInvalid
+	if m.g.GC == "cost-benefit" {
 		// Cost-benefit (Rosenblum & Ousterhout's LFS cleaner): maximise
 		// age * (1-u) / (2u); an empty unit wins outright.
 		best, bestScore := int32(-1), -1.0
 		for i := range m.units {
 			u := &m.units[i]
-			if u.state != ruClosed || u.valid == m.l.ppru {
+			if u.state != ruClosed || u.valid > maxValid {
 				continue
 			}
 			if u.valid == 0 {
@@ -324,12 +387,17 @@ func (m *Model) victim() int32 {
 		}
 		return best
 	}
-	// Greedy: fewest valid pages. The buckets make this O(pages per unit)
-	// per collected unit, which is O(1) per page written, amortised.
-	for v := uint32(0); v < m.l.ppru; v++ {
+	// Greedy: fewest valid pages. The buckets and their lowest non-empty
+	// index make this O(1) per page written, amortised, even when it runs
+	// after every command.
+	for v := m.lowest; v <= maxValid; v++ {
 		if m.bucket[v] >= 0 {
+			m.lowest = v
 			return m.bucket[v]
 		}
+	}
+	if maxValid+1 > m.lowest {
+		m.lowest = maxValid + 1
 	}
 	return -1
 }
@@ -375,6 +443,40 @@ func (m *Model) relocate(v int32) {
 	u.erases++
 	m.ctr.Erased += uint64(m.l.ppru) * PageSize
 	m.free = append(m.free, uint32(v))
+}
+
+// Precondition leaves the drive as one that has been written before (mode
+// "seq": every logical page once, in order; "random": then one logical
+// capacity of uniform random 4 KiB overwrites, seeded by seed), not one
+// fresh from a whole-device discard, and zeroes the counters so that they
+// count only what follows. "none" does nothing.
+func (m *Model) Precondition(mode string, seed uint64) error {
+	switch mode {
+	case "none":
+		return nil
+	case "seq", "random":
+	default:
+		return fmt.Errorf("precondition=%s: want none, seq or random: %w", mode, ErrGeometry)
+	}
+	size, unit := m.LogicalBytes(), int64(m.l.ppru)*PageSize
+	for off := int64(0); off < size; off += unit {
+		if err := m.Write(off, min(unit, size-off), 0); err != nil {
+			return fmt.Errorf("precondition: %w", err)
+		}
+	}
+	if mode == "random" {
+		rng := rand.New(rand.NewPCG(seed, 0x5eed))
+		for range m.l.lpages {
+			if err := m.Write(rng.Int64N(int64(m.l.lpages))*PageSize, PageSize, 0); err != nil {
+				return fmt.Errorf("precondition: %w", err)
+			}
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.ctr = Counters{Handles: make([]HandleCounters, m.g.Handles)}
+	m.dirty = true
+	return nil
 }
 
 // Counters returns a snapshot of the counters.

@@ -113,7 +113,9 @@ func randomWAF(t *testing.T, m *Model, warm, measure int, seed uint64) float64 {
 
 func TestRandomOverwriteMatchesAnalytic(t *testing.T) {
 	for _, op := range []float64{7, 14, 28} {
-		m := mustModel(t, "op="+trimFloat(op)+",ru=256K,handles=1,gc=greedy", 128<<20)
+		// The analytic model is greedy GC on demand, without background
+		// collection or units held open.
+		m := mustModel(t, "op="+trimFloat(op)+",ru=256K,handles=1,gc=greedy,bg=0,fg=0,preopen=off", 128<<20)
 		got := randomWAF(t, m, 3, 3, uint64(op))
 		want := analyticWAF(op / 100)
 		t.Logf("op=%v%%: model WAF %.3f, analytic %.3f (%+.1f%%)", op, got, want, 100*(got-want)/want)
@@ -215,7 +217,8 @@ func TestDiscardInvalidates(t *testing.T) {
 
 func TestBadGeometry(t *testing.T) {
 	for _, spec := range []string{"op=0", "op=95", "op=x", "ru=1000", "ru=4K", "handles=0", "handles=500",
-		"gc=lru", "isolation=none", "bogus=1", "op"} {
+		"gc=lru", "isolation=none", "bogus=1", "op", "bg=95", "bg=-2", "bg=x", "bg_invalid=100", "bg_invalid=auto",
+		"fg=60", "fg=NaN", "preopen=yes", "precondition=full"} {
 		if _, err := ParseGeometry(spec); !errors.Is(err, ErrGeometry) {
 			t.Errorf("%q: err %v, want ErrGeometry", spec, err)
 		}
@@ -276,3 +279,97 @@ func checkInvariants(t *testing.T, m *Model) {
 }
 
 func trimFloat(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+// The GC timing keys: spelled out, defaulted, and "cb" still read as the
+// first name of cost-benefit.
+func TestGeometryTimingKeys(t *testing.T) {
+	g, err := ParseGeometry("gc=cb,bg=25,bg_invalid=12.5,fg=5,preopen=off,precondition=random")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.GC != "cost-benefit" || g.BG != 25 || g.BGInvalid != 12.5 || g.FG != 5 || g.Preopen || g.Precondition != "random" {
+		t.Fatalf("parsed %+v", g)
+	}
+	if g2, err := ParseGeometry(g.String()); err != nil || g2 != g {
+		t.Fatalf("round trip %q: %+v, %v", g.String(), g2, err)
+	}
+	d := DefaultGeometry()
+	if d.BG != Auto || d.FG != Auto || !d.Preopen || d.Precondition != "none" {
+		t.Fatalf("defaults are not the background style: %+v", d)
+	}
+	if g, err := ParseGeometry(""); err != nil || g != d {
+		t.Fatalf("empty spec: %+v, %v", g, err)
+	}
+	// A FEMU-style 5% foreground trigger on a drive whose spare is below
+	// it is capped where a full drive can still get there.
+	m := mustModel(t, "op=7,ru=256K,handles=1,fg=30,bg=0", 64<<20)
+	spare := m.l.nru - (m.l.lpages+m.l.ppru-1)/m.l.ppru
+	if m.l.fgUnits >= spare-uint32(m.l.writers) {
+		t.Fatalf("fg %d units of %d spare with %d writers", m.l.fgUnits, spare, m.l.writers)
+	}
+	for range 2 {
+		fill(t, m, 0)
+	}
+	checkInvariants(t, m)
+}
+
+// With preopen every handle holds a unit before its first write, and a
+// new one as soon as its unit fills; without, none until written.
+func TestPreopen(t *testing.T) {
+	on := mustModel(t, "op=14,ru=256K,handles=4,preopen=on", 32<<20)
+	off := mustModel(t, "op=14,ru=256K,handles=4,preopen=off", 32<<20)
+	for h, c := range on.Counters().Handles {
+		if c.Avail != 256<<10 {
+			t.Fatalf("preopen: handle %d can take %d bytes, want a whole unit", h, c.Avail)
+		}
+	}
+	for h, c := range off.Counters().Handles {
+		if c.Avail != 0 {
+			t.Fatalf("no preopen: handle %d holds a unit", h)
+		}
+	}
+	if err := on.Write(0, 256<<10, 2); err != nil {
+		t.Fatal(err)
+	}
+	if c := on.Counters().Handles[2]; c.Avail != 256<<10 {
+		t.Fatalf("preopen: after filling a unit handle 2 can take %d bytes, want a fresh unit", c.Avail)
+	}
+	checkInvariants(t, on)
+}
+
+// A preconditioned drive starts with its counters at zero but every page
+// valid, so the first overwrites already cost GC copies; a fresh drive
+// takes them for free.
+func TestPrecondition(t *testing.T) {
+	run := func(mode string) (Counters, float64) {
+		m := mustModel(t, "op=7,ru=256K,handles=1", 64<<20)
+		if err := m.Precondition(mode, 1); err != nil {
+			t.Fatal(err)
+		}
+		c0 := m.Counters()
+		rng := rand.New(rand.NewPCG(9, 9))
+		for range m.l.lpages {
+			if err := m.Write(rng.Int64N(int64(m.l.lpages))*PageSize, PageSize, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		checkInvariants(t, m)
+		c := m.Counters()
+		return c0, WAF(c.Host, c.Media)
+	}
+	_, fresh := run("none")
+	for _, mode := range []string{"seq", "random"} {
+		c0, w := run(mode)
+		t.Logf("precondition=%s: WAF of one capacity of random writes %.3f, fresh drive %.3f", mode, w, fresh)
+		if c0.Host != 0 || c0.Media != 0 || c0.Erased != 0 {
+			t.Fatalf("precondition=%s left counters %+v", mode, c0)
+		}
+		if w < fresh+0.5 {
+			t.Errorf("precondition=%s: WAF %.3f, fresh %.3f: the drive does not look written", mode, w, fresh)
+		}
+	}
+	m := mustModel(t, "op=14,ru=64K,handles=1", 8<<20)
+	if err := m.Precondition("full", 1); !errors.Is(err, ErrGeometry) {
+		t.Fatalf("bad mode: %v", err)
+	}
+}

@@ -14,40 +14,86 @@ func stateBound(l layout, handles int) int64 {
 	return 5*4 + 5*8 + int64(handles)*16 + int64(l.writers)*8 + int64(l.nru)*15 + int64(l.lpages)*5
 }
 
+// snapshot is what encode serialises, copied under the model's lock: the
+// copies are a few memmoves, while the serialisation of a large drive's map
+// takes milliseconds that host writes should not wait for.
+type snapshot struct {
+	l       layout
+	handles int
+	ctr     Counters
+	seq     uint64
+	writers []writer
+	units   []unit
+	l2p     []uint32
+	lh      []uint8
+}
+
+func (m *Model) snapshot() snapshot {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	// What decode cannot know, the order of the free list and of the
+	// units within a greedy bucket (tie-breaks), is made decode's order
+	// here, so that a model loaded from this state continues exactly as
+	// this one does (a replay does the same at the trace's save records).
+	m.canonical()
+	s := snapshot{l: m.l, handles: m.g.Handles, ctr: m.ctr, seq: m.seq,
+		writers: append([]writer(nil), m.writers...), units: append([]unit(nil), m.units...),
+		l2p: append([]uint32(nil), m.l2p...), lh: append([]uint8(nil), m.lh...)}
+	s.ctr.Handles = append([]HandleCounters(nil), m.ctr.Handles...)
+	m.dirty = false
+	return s
+}
+
+// canonical rebuilds the free list and the greedy buckets in the order
+// decode builds them.
+func (m *Model) canonical() {
+	m.free = m.free[:0]
+	for i := range m.bucket {
+		m.bucket[i] = -1
+	}
+	m.lowest = 0
+	for r := int(m.l.nru) - 1; r >= 0; r-- {
+		switch m.units[r].state {
+		case ruFree:
+			m.free = append(m.free, uint32(r))
+		case ruClosed:
+			m.link(int32(r))
+		}
+	}
+}
+
 // encode serialises the model: dimensions, counters, writers, units, and
 // the logical-to-physical map with each page's last handle. The reverse map,
 // valid counts, buckets and free list are derived, so decode rebuilds them.
-func (m *Model) encode() []byte {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+func (m *Model) encode() []byte { return m.snapshot().encode() }
+
+func (s snapshot) encode() []byte {
 	le := binary.LittleEndian
-	b := make([]byte, 0, stateBound(m.l, m.g.Handles))
-	for _, v := range []uint32{m.l.lpages, m.l.ppru, m.l.nru, uint32(m.l.writers), uint32(m.g.Handles)} {
+	b := make([]byte, 0, stateBound(s.l, s.handles))
+	for _, v := range []uint32{s.l.lpages, s.l.ppru, s.l.nru, uint32(s.l.writers), uint32(s.handles)} {
 		b = le.AppendUint32(b, v)
 	}
-	for _, v := range []uint64{m.ctr.Host, m.ctr.Media, m.ctr.Erased, m.ctr.GCCopied, m.seq} {
+	for _, v := range []uint64{s.ctr.Host, s.ctr.Media, s.ctr.Erased, s.ctr.GCCopied, s.seq} {
 		b = le.AppendUint64(b, v)
 	}
-	for _, h := range m.ctr.Handles {
+	for _, h := range s.ctr.Handles {
 		b = le.AppendUint64(b, h.Host)
 		b = le.AppendUint64(b, h.Media)
 	}
-	for _, w := range m.writers {
+	for _, w := range s.writers {
 		b = le.AppendUint32(b, uint32(w.ru))
 		b = le.AppendUint32(b, w.wp)
 	}
-	for _, u := range m.units {
+	for _, u := range s.units {
 		b = append(b, u.state)
 		b = le.AppendUint16(b, uint16(u.owner))
 		b = le.AppendUint32(b, u.erases)
 		b = le.AppendUint64(b, u.closed)
 	}
-	for _, p := range m.l2p {
+	for _, p := range s.l2p {
 		b = le.AppendUint32(b, p)
 	}
-	b = append(b, m.lh...)
-	m.dirty = false
-	return b
+	return append(b, s.lh...)
 }
 
 // decode rebuilds a model from encode's bytes, checking every field

@@ -52,6 +52,15 @@ type FDPStats struct {
 	// WAF is media bytes written over host bytes written; 0 before any
 	// write.
 	WAF float64 `json:"waf"`
+	// ModelError is set on a modelled drive (backend ftl) whose counters
+	// are incomplete: the model stopped counting, or its last state save
+	// failed (a crash would lose the counts since the last good one).
+	// Benchmarks must not trust a run that shows it.
+	ModelError string `json:"model_error,omitempty"`
+	// ModelSaves and ModelSaveFailures count the model's state saves since
+	// mount.
+	ModelSaves        uint64 `json:"model_saves,omitempty"`
+	ModelSaveFailures uint64 `json:"model_save_failures,omitempty"`
 }
 
 // FDPStats reads the reclaim unit handle status and the FDP statistics log.

@@ -32,9 +32,10 @@ func (d *Device) newAlignedIO() *backend.AlignedIO {
 }
 
 // placement maps a write stream to its directive: stream 0 carries none,
-// stream N the N-th listed placement identifier.
+// stream N the N-th listed placement identifier. Metadata carries none, as
+// Linux sends a filesystem's metadata.
 func (d *Device) placement(stream uint32) (pid uint16, placed bool, err error) {
-	if stream == 0 {
+	if stream == 0 || stream == backend.StreamMeta {
 		return 0, false, nil
 	}
 	if stream > uint32(len(d.pids)) {

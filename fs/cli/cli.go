@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/streamfs/streamfs/backend/ftl"
 	"github.com/streamfs/streamfs/fs/format"
 )
 
@@ -23,19 +24,20 @@ const (
 )
 
 // commandOrder lists the commands as usage shows them.
-var commandOrder = []string{"mkfs", "mount", "info", "fsck", "stream", "bmap", "stats", "version", "help"}
+var commandOrder = []string{"mkfs", "mount", "info", "fsck", "stream", "bmap", "stats", "waf", "version", "help"}
 
 // synopsis is each command's usage line after "streamfs ". The usage text,
 // each --help and the usage errors print it; the README repeats it (a
 // test compares them).
 var synopsis = map[string]string{
-	"mkfs":    "mkfs [--size SIZE] [--ag-count N] [--block-size 4096] [-L LABEL] [--backend KIND] [--ftl GEOMETRY] [-f|--force] PATH",
+	"mkfs":    "mkfs [--size SIZE] [--ag-count N] [--block-size 4096] [-L LABEL] [--backend KIND] [--ftl SPEC [--ftl-trace FILE]] [-f|--force] PATH",
 	"mount":   "mount [-o OPTIONS] PATH MOUNTPOINT",
 	"info":    "info [--json] PATH|MOUNTPOINT",
 	"fsck":    "fsck [-n] [-y|-p] [-f] [--backend KIND] PATH",
 	"stream":  "stream max|get|set PATH [ID]",
 	"bmap":    "bmap [-v] [--json] FILE",
 	"stats":   "stats [--json | --interval SECONDS [--count N]] MOUNTPOINT",
+	"waf":     "waf replay TRACE [--ftl SPEC] [--no-discard] [--trim-every SIZE] [--map S:H,...] [--interval SIZE] [--json] [--plot FILE.png]",
 	"version": "version",
 	"help":    "help [COMMAND]",
 }
@@ -91,7 +93,9 @@ or a modelled FDP SSD.
 func commandHelp(cmd string) (string, bool) {
 	switch cmd {
 	case "mount":
-		return mountHelp, true
+		return mountHelp + "Drive model and streams:\n" + ftl.MountHelp, true
+	case "waf":
+		return usageLine("waf") + "\n" + wafHelp, true
 	case "stream":
 		return streamUsageText, true
 	case "help":
@@ -103,6 +107,9 @@ func commandHelp(cmd string) (string, bool) {
 	text := usageLine(cmd) + "\n" + about[cmd]
 	if mk := flagCommands[cmd]; mk != nil {
 		text += flagHelp(mk(io.Discard))
+	}
+	if cmd == "mkfs" {
+		text += ftl.SpecHelp
 	}
 	return text, true
 }

@@ -17,7 +17,7 @@ import (
 
 // mkfsArgs are mkfs's flags.
 type mkfsArgs struct {
-	size, label, kind, ftlSpec string
+	size, label, kind, ftlSpec, ftlTrace string
 	agCount, blockSize         uint
 	force                      bool
 }
@@ -32,7 +32,8 @@ func mkfsFlags(stderr io.Writer) (*flag.FlagSet, *mkfsArgs) {
 	f.BoolVar(&a.force, "f", false, "overwrite an existing filesystem, or resize an image")
 	f.BoolVar(&a.force, "force", false, "overwrite an existing filesystem, or resize an image")
 	f.StringVar(&a.kind, "backend", "", "force a backend: `KIND` is file, block, nvme or ftl (default: by what PATH is)")
-	f.StringVar(&a.ftlSpec, "ftl", "", "model an FDP SSD in the image; `GEOMETRY` is op=7,ru=8M,handles=8[,gc=greedy|cb][,isolation=initial|persistent]")
+	f.StringVar(&a.ftlSpec, "ftl", "", "model an FDP SSD in the image: `SPEC` is key=value,... (the keys below)")
+	f.StringVar(&a.ftlTrace, "ftl-trace", "", "record the device's commands from mkfs on to `FILE` (streamfs waf replay)")
 	return f, a
 }
 
@@ -40,7 +41,7 @@ func mkfsFlags(stderr io.Writer) (*flag.FlagSet, *mkfsArgs) {
 // again if formatting fails, so a failed mkfs leaves nothing behind.
 func Mkfs(args []string, stdout, stderr io.Writer) (code int) {
 	f, a := mkfsFlags(stderr)
-	size, agCount, blockSize, label, force, kind, ftlSpec := &a.size, &a.agCount, &a.blockSize, &a.label, &a.force, &a.kind, &a.ftlSpec
+	size, agCount, blockSize, label, force, kind, ftlSpec, ftlTrace := &a.size, &a.agCount, &a.blockSize, &a.label, &a.force, &a.kind, &a.ftlSpec, &a.ftlTrace
 	pos, err := parseFlags(f, args)
 	if err != nil {
 		return exitUsage
@@ -145,12 +146,22 @@ func Mkfs(args []string, stdout, stderr io.Writer) (code int) {
 			return fail(stderr, "mkfs", err)
 		}
 	}
+	if *ftlTrace != "" {
+		// From mkfs on, so that a replay starts where the drive did.
+		if dev, err = traceDevice(dev, *ftlTrace, warnTo(stderr, "mkfs")); err != nil {
+			return fail(stderr, "mkfs", err)
+		}
+	}
 	sb, err := meta.Mkfs(dev, format.MkfsParams{BlockSize: uint32(*blockSize), AGCount: uint32(*agCount), Label: *label})
 	if err != nil {
 		return fail(stderr, "mkfs", err)
 	}
 	doc := sfs.InfoDoc{Info: sb.Info(), Backend: dev.Kind()}
 	if d, ok := dev.(*ftl.Device); ok {
+		// After mkfs: its whole-device discard would undo it.
+		if err := d.Precondition(); err != nil {
+			return fail(stderr, "mkfs", err)
+		}
 		l := d.Label()
 		doc.Model = &l
 	}

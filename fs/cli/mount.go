@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
@@ -44,6 +45,7 @@ type mountOpts struct {
 	remount                        bool
 	rules                          *rules.Set // stream_rules, then stream_rules_file
 	optRules, fileRules            *rules.Set // while parsing
+	ftlTrace                       string     // ftl_trace: record the device's commands here
 }
 
 // genericOpts are mount(8) options that mean nothing to streamfs; the mount
@@ -115,6 +117,17 @@ var mountOptions = []mountOption{
 				return fmt.Errorf("-o backend=%s: want file, block, nvme or ftl", v)
 			}
 			o.backend = v
+			return nil
+		}},
+	{names: []string{"ftl_trace"}, arg: "FILE", help: "record every write, discard and flush the device gets, with stream and handle, for streamfs waf replay (appends to a trace of the same device)",
+		set: func(o *mountOpts, _, v string) error {
+			// Absolute: the background daemon does not keep the caller's
+			// working directory.
+			abs, err := filepath.Abs(v)
+			if err != nil {
+				return fmt.Errorf("-o ftl_trace=%s: %w", v, err)
+			}
+			o.ftlTrace = abs
 			return nil
 		}},
 	{names: []string{"discard", "nodiscard"}, help: "discard freed blocks once their free is durable (nodiscard)",
@@ -447,6 +460,15 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 			return fmt.Errorf("%s is already mounted by another streamfs (or otherwise in use): %w", path, err)
 		}
 		return err
+	}
+	switch {
+	case o.ftlTrace != "" && o.ro:
+		log.Info("read-only mount: nothing for ftl_trace to record", zap.String("ftl_trace", o.ftlTrace))
+	case o.ftlTrace != "":
+		if dev, err = traceDevice(dev, o.ftlTrace, func(msg string) { log.Warn(msg) }); err != nil {
+			return err
+		}
+		log.Info("recording device commands", zap.String("ftl_trace", o.ftlTrace))
 	}
 	defer dev.Close()
 	if err := checkMountpoint(mnt); err != nil {

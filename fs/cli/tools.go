@@ -147,6 +147,9 @@ func Stats(args []string, stdout, stderr io.Writer) int {
 	if f := s.FDP; f != nil {
 		fmt.Fprintf(stdout, "fdp: host_bytes_written=%d media_bytes_written=%d media_bytes_erased=%d waf=%.3f\n",
 			f.HostBytesWritten, f.MediaBytesWritten, f.MediaBytesErased, f.WAF)
+		if f.ModelError != "" {
+			fmt.Fprintf(stdout, "fdp: model error: %s\n", f.ModelError)
+		}
 		fmt.Fprintf(stdout, "%6s %6s %6s %16s %16s %16s %7s\n", "PID", "RUHID", "STREAM", "AVAILABLE-BYTES", "HOST-BYTES", "MEDIA-BYTES", "WAF")
 		for _, h := range f.Handles {
 			fmt.Fprintf(stdout, "%6d %6d %6d %16d %16d %16d %7.3f\n", h.PID, h.RUHID, h.Stream, h.AvailableBytes, h.HostBytes, h.MediaBytes, h.WAF)
@@ -191,6 +194,9 @@ func watchStats(mnt string, every time.Duration, count int, stdout, stderr io.Wr
 				msg = s.FDPError
 			}
 			return nil, fmt.Errorf("%s: %s", mnt, msg)
+		}
+		if s.FDP.ModelError != "" {
+			fmt.Fprintf(stderr, "streamfs stats: model error: %s\n", s.FDP.ModelError)
 		}
 		return s.FDP, nil
 	}

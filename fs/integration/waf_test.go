@@ -4,9 +4,12 @@ import (
 	"encoding/json"
 	"math/rand"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/streamfs/streamfs/backend/ftl"
 )
 
 // fdpDoc is the part of `streamfs stats --json` this test reads.
@@ -180,7 +183,7 @@ func TestFTLBadGeometry(t *testing.T) {
 	for spec, want := range map[string]string{
 		"op=7,ru=8M,handles=8": "spare reclaim units",
 		"op=0":                 "want a percentage",
-		"gc=lru":               "want greedy or cb",
+		"gc=lru":               "want greedy or cost-benefit",
 	} {
 		_, stderr, err := tryCmdSplit(streamfsBin, "mkfs", "--size", "64M", "--ftl", spec, img)
 		if err == nil {
@@ -190,5 +193,80 @@ func TestFTLBadGeometry(t *testing.T) {
 		if lines := strings.Count(strings.TrimSpace(stderr), "\n") + 1; !strings.Contains(stderr, want) || lines != 1 {
 			t.Errorf("--ftl %s: stderr %q, want one line with %q", spec, stderr, want)
 		}
+	}
+}
+
+// A live run through a real mount — mkfs with preconditioning (a full drive,
+// so GC copies), streams by directory, deletes reaching the drive through
+// one fstrim, a remount in the middle — recorded with mkfs --ftl-trace and -o ftl_trace, replayed by
+// `streamfs waf replay` on the same drive: exactly the counters the model
+// saved at the last unmount, per handle too.
+func TestFTLTraceReplayExact(t *testing.T) {
+	requireEnv(t)
+	const spec = "op=7,ru=1M,handles=4,precondition=seq"
+	trace := filepath.Join(t.TempDir(), "trace")
+	img := mkfs(t, "256M", "--ftl", spec, "--ftl-trace", trace)
+	m := mountImage(t, img, "ftl_trace="+trace)
+	for round := range 2 {
+		for i, dir := range []string{"hot", "cold"} {
+			d := m.path(dir)
+			if round == 0 {
+				if err := os.Mkdir(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				streamfs(t, "stream", "set", d, []string{"2", "3"}[i])
+			}
+			for f := range 4 {
+				writeFile(t, filepath.Join(d, string(rune('a'+f))), randBytes(int64(10*round+f), 6<<20), 0o644)
+			}
+			if err := os.Remove(filepath.Join(d, "b")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rng := rand.New(rand.NewSource(int64(round)))
+		page := randBytes(9, 4096)
+		for _, name := range []string{"a", "c", "d"} {
+			hot, err := os.OpenFile(m.path("hot", name), os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 4000 {
+				if _, err := hot.WriteAt(page, rng.Int63n(6<<20/4096)*4096); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := hot.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if round == 0 {
+			runCmd(t, "fstrim", m.dir)
+			m = m.remount(t)
+		}
+	}
+	m.unmount(t)
+
+	d, ok, err := ftl.Open(img, true, nil)
+	if err != nil || !ok {
+		t.Fatalf("open the model: %v %v", ok, err)
+	}
+	live, _ := d.FDPStats()
+	d.Close()
+	var res ftl.ReplayResult
+	if err := json.Unmarshal([]byte(streamfs(t, "waf", "replay", "--ftl", spec, "--json", trace)), &res); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("live host %d media %d erased %d; replay %d %d %d over %d records",
+		live.HostBytesWritten, live.MediaBytesWritten, live.MediaBytesErased, res.Host, res.Media, res.Erased, res.Records)
+	if res.Host != live.HostBytesWritten || res.Media != live.MediaBytesWritten || res.Erased != live.MediaBytesErased {
+		t.Fatalf("replay differs from the live run")
+	}
+	for i, h := range res.Handles {
+		if h.Host != live.Handles[i].HostBytes || h.Media != live.Handles[i].MediaBytes {
+			t.Errorf("handle %d: replay %d/%d, live %d/%d", i+1, h.Host, h.Media, live.Handles[i].HostBytes, live.Handles[i].MediaBytes)
+		}
+	}
+	if live.MediaBytesWritten == live.HostBytesWritten || live.Handles[3].HostBytes == 0 {
+		t.Errorf("no GC copies or no metadata on handle 4: the run proves little (%+v)", live)
 	}
 }

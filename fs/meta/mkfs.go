@@ -54,11 +54,11 @@ func Mkfs(dev backend.Device, p format.MkfsParams) (*format.Super, error) {
 	// Old headers must not validate: wipe the reserved area, both checkpoint
 	// headers and the first journal block.
 	for _, blk := range []uint64{sb.CkptStart + sb.CkptBlocks, sb.JournalStart} {
-		if err := dev.WriteAt(zero, int64(blk*bs), 0); err != nil {
+		if err := dev.WriteAt(zero, int64(blk*bs), backend.StreamMeta); err != nil {
 			return nil, fmt.Errorf("mkfs: %w", err)
 		}
 	}
-	if err := dev.WriteAt(make([]byte, format.ReservedBytes), 0, 0); err != nil {
+	if err := dev.WriteAt(make([]byte, format.ReservedBytes), 0, backend.StreamMeta); err != nil {
 		return nil, fmt.Errorf("mkfs: %w", err)
 	}
 	if err := initTrees(dev, sb); err != nil {

@@ -243,10 +243,10 @@ func ReadSuper(dev backend.Device) (sb *format.Super, usedBackup bool, err error
 func WriteSuper(dev backend.Device, sb *format.Super) error {
 	b := make([]byte, sb.BlockSize)
 	copy(b, sb.Encode())
-	if err := dev.WriteAt(b, 0, 0); err != nil {
+	if err := dev.WriteAt(b, 0, backend.StreamMeta); err != nil {
 		return fmt.Errorf("writing primary superblock: %w", err)
 	}
-	if err := dev.WriteAt(b, int64(sb.BackupBlock*uint64(sb.BlockSize)), 0); err != nil {
+	if err := dev.WriteAt(b, int64(sb.BackupBlock*uint64(sb.BlockSize)), backend.StreamMeta); err != nil {
 		return fmt.Errorf("writing backup superblock: %w", err)
 	}
 	return dev.Flush()

@@ -54,6 +54,11 @@
 #   last one, RocksDB's default since 8.4; keeps space amplification ~1.1)
 #   PENDING_SOFT=64M PENDING_HARD=256M (pending compaction bytes limits)
 #   TAG= (suffix of the plot's file name, for several configurations)
+#   INFO_LOG=fs (RocksDB's info LOG in the database directory; stderr: in the
+#   run's .txt files, off the filesystem)
+#   TRACE=1 (rocksdb runs on the model: record the device trace, from mkfs
+#   on, and replay it on the same drive with --no-discard, reported beside
+#   the live WAF as NAME.nodiscard_waf; 0 skips)
 #   REPLOT=1  only redraw the RocksDB plots of docs/BENCHMARKS.md from the
 #             samples kept in scripts/bench/results/waf-rocksdb (no runs)
 #   RUNS="fio rocksdb w1 plain"  DB_MODES="none rules levels"
@@ -89,6 +94,8 @@ DYNAMIC=${DYNAMIC:-1}
 PENDING_SOFT=${PENDING_SOFT:-67108864}
 PENDING_HARD=${PENDING_HARD:-268435456}
 TAG=${TAG:-}
+TRACE=${TRACE:-1}
+INFO_LOG=${INFO_LOG:-fs}
 PLOTS=${PLOTS:-docs/img}
 
 PLOT_DIR=$PLOTS
@@ -171,14 +178,18 @@ SAMPLER=
 # sample NAME: record "seconds host_bytes media_bytes fs_used fs_size" every 2 s in the
 # background until stop_sample.
 sample() {
-	local out=$BENCH_OUT/$1.samples t0=$SECONDS
+	local out=$BENCH_OUT/$1.samples errs=$BENCH_OUT/$1.model-errors t0=$SECONDS
 	: >"$out"
+	: >"$errs"
 	(
 		trap - EXIT INT TERM
 		while :; do
+			# A model error is kept beside the samples: phase_result
+			# fails the run on it even if it has cleared since.
 			"$STREAMFS_BIN" stats --json "$MNT" 2>/dev/null |
 				jq -r --argjson t $((SECONDS - t0)) --arg df "$(df --output=used,size -B1 "$MNT" 2>/dev/null | tail -1)" \
-					'"\($t) \(.fdp.host_bytes_written) \(.fdp.media_bytes_written) \($df)"' >>"$out" || true
+					'"\($t) \(.fdp.host_bytes_written) \(.fdp.media_bytes_written) \($df) \(.fdp.model_error // "")"' |
+				awk -v errs="$errs" 'NF > 5 { print > errs } { print $1, $2, $3, $4, $5 }' >>"$out" || true
 			sleep 2
 		done
 	) &
@@ -200,10 +211,20 @@ fdp_counters() {
 
 declare -A RES
 
+# model_ok NAME: numbers from a model that stopped counting, or whose state
+# save failed, cannot be trusted; the experiment stops with the reason.
+model_ok() {
+	local e
+	e=$("$STREAMFS_BIN" stats --json "$MNT" | jq -r '[.fdp_error, .fdp.model_error] | map(select(. != null and . != "")) | join("; ")')
+	[ -z "$e" ] || die "$1: the drive model reports: $e"
+	[ ! -s "$BENCH_OUT/$1.model-errors" ] || die "$1: the drive model reported during the run: $(tail -1 "$BENCH_OUT/$1.model-errors")"
+}
+
 # phase_result NAME "host0 media0": record the phase's WAF and per-handle
 # WAF, from the counters at its start.
 phase_result() {
 	local name=$1 h0 m0 h1 m1
+	model_ok "$name"
 	read -r h0 m0 <<<"$2"
 	read -r h1 m1 <<<"$(fdp_counters)"
 	"$STREAMFS_BIN" stats --json "$MNT" >"$BENCH_OUT/$name.stats.json"
@@ -217,9 +238,12 @@ phase_result() {
 	log "$name: phase WAF ${RES[$name.waf]} (steady ${RES[$name.steady]}) over ${RES[$name.host]} GiB host writes; cumulative handles: ${RES[$name.handles]}"
 }
 
-new_drive() { # SIZE FTL-SPEC|"" : a fresh image, modelled or plain
+new_drive() { # SIZE FTL-SPEC|"" [TRACE-FILE] : a fresh image, modelled or plain
 	rm -f "$IMG"
-	if [ -n "$2" ]; then
+	if [ -n "${3:-}" ]; then
+		rm -f "$3"
+		"$STREAMFS_BIN" mkfs --size "$1" --ftl "$2" --ftl-trace "$3" "$IMG" >"$BENCH_OUT/mkfs.txt"
+	elif [ -n "$2" ]; then
 		"$STREAMFS_BIN" mkfs --size "$1" --ftl "$2" "$IMG" >"$BENCH_OUT/mkfs.txt"
 	else
 		"$STREAMFS_BIN" mkfs --size "$1" "$IMG" >"$BENCH_OUT/mkfs.txt"
@@ -303,14 +327,22 @@ DB_OPTS=(--key_size=16 --value_size="$VALUE" --compression_type=none --threads=1
 	--max_bytes_for_level_base="$L1" --max_background_jobs=2 --histogram=0
 	--manual_wal_flush=1 --statistics=0 --seed=42 --stats_dump_period_sec=60 --level_compaction_dynamic_level_bytes="$DYNAMIC"
 	--soft_pending_compaction_bytes_limit="$PENDING_SOFT" --hard_pending_compaction_bytes_limit="$PENDING_HARD")
+# INFO_LOG=stderr keeps RocksDB's info LOG off the filesystem (it grows
+# without bound and, never deleted, is data of a lifetime of its own): the
+# lines go to the run's .txt files instead.
+[ "$INFO_LOG" = stderr ] && DB_OPTS+=(--use_stderr_info_logger=1)
 
 RWHINT=
 db_run() { # NAME MODE(none|rules|levels) MODEL(0|1)
 	# commit=1: space of deleted tables is reusable once its free is
 	# committed; compaction needs it back quickly on a full drive.
-	local name=$1 mode=$2 model=$3 c0 opts=$DB_DISCARD,commit=1 t0 pre=() rc=0 trim=
+	local name=$1 mode=$2 model=$3 c0 opts=$DB_DISCARD,commit=1 t0 pre=() rc=0 trim= trace=
 	log "rocksdb $name"
-	new_drive "$DB_DRIVE" "$([ "$model" = 1 ] && echo "$DB_FTL")"
+	if [ "$model" = 1 ] && [ "$TRACE" = 1 ]; then
+		trace=$BENCH_OUT/$name.trace
+		opts="$opts,ftl_trace=$trace"
+	fi
+	new_drive "$DB_DRIVE" "$([ "$model" = 1 ] && echo "$DB_FTL")" "$trace"
 	[ "$mode" != none ] && opts="$opts,stream_rules=*.log:1;*.sst:2;MANIFEST-*:6"
 	[ "$mode" = levels ] && pre=(env LD_PRELOAD="$RWHINT")
 	mount_streamfs "$IMG" "$MNT" "$opts" "$BENCH_OUT/$name.log"
@@ -354,13 +386,21 @@ db_run() { # NAME MODE(none|rules|levels) MODEL(0|1)
 	# RocksDB's last per-level compaction table (bytes written per level,
 	# since the overwrite's open): what lifetimes the host bytes have.
 	awk '/Compaction Stats \[default\]/ { n = 0; blk = "" } { if (n < 12) { blk = blk $0 "\n"; n++ } }
-		/^ Sum / && n { last = blk } END { printf "%s", last }' "$MNT/db/LOG" >"$BENCH_OUT/$name.levels" 2>/dev/null || true
+		/^ Sum / && n { last = blk } END { printf "%s", last }' \
+		"$([ "$INFO_LOG" = stderr ] && echo "$BENCH_OUT/$name.overwrite.txt" || echo "$MNT/db/LOG")" >"$BENCH_OUT/$name.levels" 2>/dev/null || true
 	log "overwrite: ${RES[$name.kops]} Kops/s in ${RES[$name.secs]} s"
 	if [ "$model" = 1 ]; then
 		phase_result "$name" "$c0"
 		stop_sample
 	fi
 	unmount "$MNT"
+	if [ -n "$trace" ]; then
+		# The same run on the same drive as if mounted without discard
+		# (whole run, from mkfs on; the live whole-run WAF beside it).
+		RES[$name.replay_waf]=$("$STREAMFS_BIN" waf replay --ftl "$DB_FTL" --json "$trace" | jq '.waf * 1000 | round / 1000')
+		RES[$name.nodiscard_waf]=$("$STREAMFS_BIN" waf replay --ftl "$DB_FTL" --no-discard --json "$trace" | jq '.waf * 1000 | round / 1000')
+		log "$name: whole run replayed ${RES[$name.replay_waf]}, without discard ${RES[$name.nodiscard_waf]}"
+	fi
 }
 
 # ---- W1: the streams job with and without the model ----

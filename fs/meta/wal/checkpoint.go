@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/streamfs/streamfs/alloc"
+	"github.com/streamfs/streamfs/backend"
 	"github.com/streamfs/streamfs/fs/format"
 	"github.com/streamfs/streamfs/fs/meta/tree"
 )
@@ -115,7 +116,7 @@ func (l *Log) writeCheckpoint(writes []tree.BlockWrite, roots []uint64, seq uint
 				buf = append(buf, w.Data...)
 			}
 		}
-		if err := l.dev.WriteAt(buf, int64(writes[i].Blk*bs), 0); err != nil {
+		if err := l.dev.WriteAt(buf, int64(writes[i].Blk*bs), backend.StreamMeta); err != nil {
 			return fmt.Errorf("checkpoint: writing tree nodes at block %d: %w", writes[i].Blk, err)
 		}
 		i = k
@@ -134,7 +135,7 @@ func (l *Log) writeCheckpoint(writes []tree.BlockWrite, roots []uint64, seq uint
 	buf := make([]byte, l.geo.CkptBlocks*bs)
 	copy(buf, h.Encode())
 	copy(buf[bs:], payload)
-	if err := l.dev.WriteAt(buf, int64(start*bs), 0); err != nil {
+	if err := l.dev.WriteAt(buf, int64(start*bs), backend.StreamMeta); err != nil {
 		return fmt.Errorf("checkpoint header: %w", err)
 	}
 	return l.flush()

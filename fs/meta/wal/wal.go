@@ -41,6 +41,7 @@ import (
 	"sync/atomic"
 
 	"github.com/streamfs/streamfs/alloc"
+	"github.com/streamfs/streamfs/backend"
 	"github.com/streamfs/streamfs/fs/format"
 	"github.com/streamfs/streamfs/fs/meta/tree"
 )
@@ -397,7 +398,7 @@ func (l *Log) writeCommit(tx uint64, payload []byte, pos, blocks uint64) error {
 	buf := make([]byte, blocks*bs)
 	copy(buf, hdr.Encode())
 	copy(buf[bs:], payload)
-	if err := l.dev.WriteAt(buf, int64((l.geo.JournalStart+pos)*bs), 0); err != nil {
+	if err := l.dev.WriteAt(buf, int64((l.geo.JournalStart+pos)*bs), backend.StreamMeta); err != nil {
 		return fmt.Errorf("journal write at block %d: %w", pos, err)
 	}
 	return l.flush()
