@@ -18,8 +18,8 @@ import (
 // mkfsArgs are mkfs's flags.
 type mkfsArgs struct {
 	size, label, kind, ftlSpec, ftlTrace string
-	agCount, blockSize         uint
-	force                      bool
+	agCount, blockSize                   uint
+	force                                bool
 }
 
 // mkfsFlags defines mkfs's flags; --help prints their usage strings.
