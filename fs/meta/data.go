@@ -85,6 +85,9 @@ func (s *Store) Write(in *Inode, p []byte, off int64, o WriteOpts) (int, error) 
 	if !in.IsReg() {
 		return 0, syscall.EINVAL
 	}
+	if !s.roomForDirty() {
+		return 0, syscall.ENOSPC
+	}
 	n, done, err := s.overwrite(in, p, off)
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -689,6 +692,9 @@ func (s *Store) Fallocate(in *Inode, off, length int64, mode uint32) error {
 	}
 	if mode&FallocPunchHole != 0 && (mode&FallocKeepSize == 0 || mode&FallocZeroRange != 0) {
 		return syscall.EINVAL
+	}
+	if !s.roomForDirty() {
+		return syscall.ENOSPC
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()

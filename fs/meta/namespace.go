@@ -465,16 +465,30 @@ const freeInline = 4
 func (s *Store) freeCost(in *Inode) (ops int, big bool, err error) {
 	prefix := format.InoPrefix(in.attr.Ino)
 	size, exts := 0, 0
+	var derr error
 	err = s.treeFor(in.attr.Ino).Ascend(prefix, func(k, v []byte) bool {
 		if len(k) <= len(prefix) || !bytes.HasPrefix(k, prefix) {
 			return false
 		}
 		if k[len(prefix)] == format.KindExtent {
 			exts++
+			// A damaged extent is refused here, before the operation
+			// changes anything, rather than half-way through its apply.
+			e, err := decodeExtent(k, v)
+			if err == nil {
+				err = s.checkExtents(in.attr.Ino, []Extent{e})
+			}
+			if err != nil {
+				derr = err
+				return false
+			}
 		}
 		size += len(k) + len(v) + 4
 		return exts <= freeInline
 	})
+	if err == nil {
+		err = derr
+	}
 	if err != nil {
 		return 0, false, treeErr(err)
 	}
@@ -484,16 +498,24 @@ func (s *Store) freeCost(in *Inode) (ops int, big bool, err error) {
 // extentsFrom counts in's extents that reach past file block from and
 // start before end, up to max, and returns the last one counted.
 func (s *Store) extentsFrom(in *Inode, from, end uint64, max int) (n int, last Extent, err error) {
+	var derr error
 	err = ascendExtentsLE(s.treeFor(in.attr.Ino), in.attr.Ino, from, func(e Extent) bool {
 		if e.LBlk >= end {
 			return false
 		}
 		if e.End() > from {
+			// Checked before the punch that frees it, not inside it.
+			if derr = s.checkExtents(in.attr.Ino, []Extent{e}); derr != nil {
+				return false
+			}
 			last = e
 			n++
 		}
 		return n < max
 	})
+	if err == nil {
+		err = derr
+	}
 	return n, last, treeErr(err)
 }
 

@@ -26,6 +26,9 @@ func (s *Store) TouchAtime(in *Inode, t int64) {
 	if in.freed {
 		return
 	}
+	if !s.roomForDirty() {
+		return // no room to record it: atime is dropped, as XFS drops it
+	}
 	s.opLock.RLock()
 	in.attr.Atime = t
 	s.markDirtyLocked(in)

@@ -157,6 +157,39 @@ func (s *Store) reserveMeta(ops int, c spaceClass) (uint64, error) {
 	}
 }
 
+// roomForDirty makes sure one more inode may become dirty (its record is
+// journaled later, by SyncAll or the checkpoint, and takes up to
+// dirtyCost blocks then): the dirty marks of writes that allocate nothing
+// (in-place overwrites, atime, size changes inside preallocated space)
+// would otherwise pile up claims no reservation ever checked. Short of
+// room, the dirty inodes are journaled and the journal committed, then a
+// checkpoint gives old node copies back. It reports false when there is
+// still no room: the caller refuses (ENOSPC) or, for atime, skips. Call
+// holding no opLock (inode locks are fine).
+func (s *Store) roomForDirty() bool {
+	for attempt := 0; ; attempt++ {
+		if s.alloc.FreeBlocks() >= s.held()+s.dirtyCost()+s.ckptFloor() {
+			return true
+		}
+		var err error
+		switch attempt {
+		case 0:
+			err = s.makeRoom()
+		case 1:
+			if s.nodeFrees.Load() == 0 {
+				return false
+			}
+			err = s.checkpoint()
+		default:
+			s.logENOSPC()
+			return false
+		}
+		if err != nil {
+			return false
+		}
+	}
+}
+
 // makeRoom journals the dirty inodes whose locks are free (their
 // reservations become what their records really took, usually far less:
 // neighbours share a leaf) and commits (blocks freed by the open
@@ -185,10 +218,12 @@ func (s *Store) noteHeight() {
 	s.treeHeight.Store(h)
 }
 
-// lowRoom says the pool is being used: a checkpoint should give the old
-// node copies back before a pool operation has to wait for them.
+// lowRoom says the pool is being used and enough old node copies wait for
+// a checkpoint to give them back: worth one before a pool operation has to
+// wait for it. (With few copies waiting a checkpoint would give nothing
+// back, and kicking one per operation would only pause them all.)
 func (s *Store) lowRoom() bool {
-	return s.room() < s.metaReserve/2+s.ckptFloor()
+	return s.room() < s.metaReserve/2+s.ckptFloor() && uint64(s.nodeFrees.Load()) >= max(s.metaReserve/8, 8)
 }
 
 // logENOSPC says, at most every 10 s, that the filesystem is full.
