@@ -110,6 +110,13 @@ func (s *Store) Write(in *Inode, p []byte, off int64, o WriteOpts) (int, error) 
 		}
 	}
 	if n > 0 {
+		// Dropping a file capability changes the trees: its blocks are
+		// reserved outside opLock. Without them it goes ahead anyway:
+		// the capability must not outlive the write.
+		var resv uint64
+		if !in.noCaps {
+			resv, _ = s.reserveMeta(opsInode+opsXattr, spacePool)
+		}
 		s.opLock.RLock()
 		end := uint64(off) + uint64(n)
 		if end > in.attr.Size {
@@ -122,6 +129,7 @@ func (s *Store) Write(in *Inode, p []byte, off int64, o WriteOpts) (int, error) 
 		s.killPrivLocked(in, o.KillSUID)
 		s.markDirtyLocked(in)
 		s.opLock.RUnlock()
+		s.unreserve(resv)
 		s.addStreamBytes(in.attr.Stream, uint64(n))
 	}
 	return n, err

@@ -27,23 +27,7 @@ func TestAtimeOnFullDevice(t *testing.T) {
 	if err := s.checkpoint(); err != nil {
 		t.Fatal(err)
 	}
-	big := mustCreate(t, s, s.Root(), "big")
-	buf := make([]byte, 1<<20)
-	var off int64
-	for {
-		w, err := s.Write(big, buf, off, WriteOpts{})
-		off += int64(w)
-		if err != nil || w == 0 {
-			break
-		}
-	}
-	if err := s.Fsync(big); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.checkpoint(); err != nil {
-		t.Fatal(err)
-	}
-	s.TrimPrealloc(big)
+	s.TrimPrealloc(fillDevice(t, s, "big"))
 	t.Logf("full: free %d reserve %d floor %d height %d", s.alloc.FreeBlocks(), s.metaReserve, s.ckptFloor(), s.treeHeight.Load())
 	for i, in := range ins {
 		s.TouchAtime(in, int64(i)+1)
@@ -78,20 +62,7 @@ func TestOverwriteOnFullDevice(t *testing.T) {
 		s.TrimPrealloc(in)
 		ins = append(ins, in)
 	}
-	big := mustCreate(t, s, s.Root(), "big")
-	buf := make([]byte, 1<<20)
-	var off int64
-	for {
-		w, err := s.Write(big, buf, off, WriteOpts{})
-		off += int64(w)
-		if err != nil || w == 0 {
-			break
-		}
-	}
-	s.TrimPrealloc(big)
-	if err := s.SyncAll(); err != nil {
-		t.Fatal(err)
-	}
+	s.TrimPrealloc(fillDevice(t, s, "big"))
 	if err := s.checkpoint(); err != nil {
 		t.Fatal(err)
 	}
@@ -122,20 +93,7 @@ func TestLowRoomNoCheckpointStorm(t *testing.T) {
 		}
 		ins = append(ins, in)
 	}
-	big := mustCreate(t, s, s.Root(), "big")
-	buf := make([]byte, 1<<20)
-	var off int64
-	for {
-		w, err := s.Write(big, buf, off, WriteOpts{})
-		off += int64(w)
-		if err != nil || w == 0 {
-			break
-		}
-	}
-	s.TrimPrealloc(big)
-	if err := s.SyncAll(); err != nil {
-		t.Fatal(err)
-	}
+	s.TrimPrealloc(fillDevice(t, s, "big"))
 	if err := s.checkpoint(); err != nil {
 		t.Fatal(err)
 	}

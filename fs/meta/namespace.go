@@ -796,10 +796,19 @@ func (s *Store) Setattr(in *Inode, a SetAttr) error {
 	if in.freed {
 		return syscall.ENOENT
 	}
-	if a.Size != nil {
-		if !in.IsReg() {
-			return syscall.EINVAL
+	if a.Size != nil && !in.IsReg() {
+		return syscall.EINVAL
+	}
+	// chown drops file capabilities: looked up before anything changes.
+	dropCaps := false
+	if (a.UID != nil || a.GID != nil || a.KillSUID) && !in.IsDir() {
+		_, ok, err := s.getXattr(in, xattrCaps)
+		if err != nil {
+			return err
 		}
+		dropCaps = ok
+	}
+	if a.Size != nil {
 		if err := s.truncateLocked(in, *a.Size); err != nil {
 			return err
 		}
@@ -825,9 +834,7 @@ func (s *Store) Setattr(in *Inode, a SetAttr) error {
 		if in.attr.Mode&0o010 != 0 {
 			in.attr.Mode &^= syscall.S_ISGID
 		}
-		if _, ok, err := s.getXattr(in, xattrCaps); err != nil {
-			return err
-		} else if ok {
+		if dropCaps {
 			tx.xattrDel(in.attr.Ino, xattrCaps)
 		}
 	}
