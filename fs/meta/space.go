@@ -21,7 +21,8 @@ import (
 //	free blocks (allocator)
 //	  - held: reservations of operations in flight, and of inodes whose
 //	    attributes changed and are not yet journaled (their record is
-//	    written later, by SyncAll or the checkpoint)
+//	    written later, by SyncAll or the checkpoint; roomForDirty lets an
+//	    inode become dirty only when that fits)
 //	  - the checkpoint's own floor (ckptFloor): a checkpoint folds node
 //	    allocations into the free-space records and writes dirty inodes,
 //	    which copies nodes too; it must always find them
@@ -62,7 +63,7 @@ const (
 	opsMap     = 12
 	opsPunch   = 8 // the punched range's edge extents, their free space
 	opsPerFree = 4 // per extent freed: its record and up to three free-space changes
-	opsXattr   = 4 // delete the old chunks, put the new ones: per chunk
+	opsXattr   = 4 // a small xattr (a file capability) deleted; values in general: valueOps
 )
 
 // valueOps is the cost of writing or deleting a value of n bytes stored in
