@@ -13,14 +13,7 @@ import (
 func TestAtimeOnFullDevice(t *testing.T) {
 	s := newTestStore(t, 64<<20)
 	const n = 20000
-	ins := make([]*Inode, 0, n)
-	for i := 0; i < n; i++ {
-		in, err := s.Create(s.Root(), "f"+itoa(uint64(i)), NewInode{Mode: syscall.S_IFREG | 0o644})
-		if err != nil {
-			t.Fatalf("create %d: %v", i, err)
-		}
-		ins = append(ins, in)
-	}
+	ins := manyFiles(t, s, n, nil)
 	if err := s.SyncAll(); err != nil {
 		t.Fatal(err)
 	}
@@ -49,19 +42,7 @@ func TestAtimeOnFullDevice(t *testing.T) {
 func TestOverwriteOnFullDevice(t *testing.T) {
 	s := newTestStore(t, 64<<20)
 	const n = 10000
-	blk := make([]byte, 4096)
-	ins := make([]*Inode, 0, n)
-	for i := 0; i < n; i++ {
-		in, err := s.Create(s.Root(), "f"+itoa(uint64(i)), NewInode{Mode: syscall.S_IFREG | 0o644})
-		if err != nil {
-			t.Fatalf("create %d: %v", i, err)
-		}
-		if _, err := s.Write(in, blk, 0, WriteOpts{}); err != nil {
-			t.Fatalf("write %d: %v", i, err)
-		}
-		s.TrimPrealloc(in)
-		ins = append(ins, in)
-	}
+	ins := manyFiles(t, s, n, make([]byte, 4096))
 	s.TrimPrealloc(fillDevice(t, s, "big"))
 	if err := s.checkpoint(); err != nil {
 		t.Fatal(err)
@@ -85,14 +66,7 @@ func TestOverwriteOnFullDevice(t *testing.T) {
 func TestLowRoomNoCheckpointStorm(t *testing.T) {
 	s := newTestStore(t, 64<<20)
 	const n = 4000
-	ins := make([]*Inode, 0, n)
-	for i := 0; i < n; i++ {
-		in, err := s.Create(s.Root(), "f"+itoa(uint64(i)), NewInode{Mode: syscall.S_IFREG | 0o644})
-		if err != nil {
-			t.Fatalf("create %d: %v", i, err)
-		}
-		ins = append(ins, in)
-	}
+	ins := manyFiles(t, s, n, nil)
 	s.TrimPrealloc(fillDevice(t, s, "big"))
 	if err := s.checkpoint(); err != nil {
 		t.Fatal(err)
@@ -126,4 +100,25 @@ func TestLowRoomNoCheckpointStorm(t *testing.T) {
 	if caused > 2 {
 		t.Errorf("%d operations at low room with nothing to give back caused %d checkpoints", ops, caused)
 	}
+}
+
+// manyFiles creates files f0..f(n-1) in the root, each holding data (none
+// if nil), with no preallocation left behind.
+func manyFiles(t *testing.T, s *Store, n int, data []byte) []*Inode {
+	t.Helper()
+	ins := make([]*Inode, 0, n)
+	for i := 0; i < n; i++ {
+		in, err := s.Create(s.Root(), "f"+itoa(uint64(i)), NewInode{Mode: syscall.S_IFREG | 0o644})
+		if err != nil {
+			t.Fatalf("create %d: %v", i, err)
+		}
+		if len(data) > 0 {
+			if _, err := s.Write(in, data, 0, WriteOpts{}); err != nil {
+				t.Fatalf("write %d: %v", i, err)
+			}
+			s.TrimPrealloc(in)
+		}
+		ins = append(ins, in)
+	}
+	return ins
 }
