@@ -316,12 +316,7 @@ func (d *Device) WriteAt(p []byte, off int64, stream uint32) error {
 	}
 	z.mu.Lock()
 	defer z.mu.Unlock()
-	w, _ := z.load()
-	if off != z.start+w {
-		return d.errf("write %d bytes at %d, zone %d's write pointer at %d: %w",
-			len(p), off, z.start/d.geo.ZoneSize, z.start+w, backend.ErrZoneInvalidWrite)
-	}
-	_, err := d.writeLocked(z, p, stream)
+	_, err := d.writeLocked(z, p, off, stream)
 	return err
 }
 
@@ -337,16 +332,16 @@ func (d *Device) Append(p []byte, zoneOff int64, stream uint32) (int64, error) {
 	}
 	z.mu.Lock()
 	defer z.mu.Unlock()
-	at, err := d.writeLocked(z, p, stream)
+	at, err := d.writeLocked(z, p, -1, stream)
 	if err == nil {
 		d.ctr[cAppend].Add(uint64(len(p)))
 	}
 	return at, err
 }
 
-// writeLocked writes p at z's write pointer, opening the zone first if it
-// must; z.mu is held.
-func (d *Device) writeLocked(z *zone, p []byte, stream uint32) (int64, error) {
+// writeLocked writes p at z's write pointer, which must be off unless off
+// is -1 (an append), opening the zone first if it must; z.mu is held.
+func (d *Device) writeLocked(z *zone, p []byte, off int64, stream uint32) (int64, error) {
 	w, c := z.load()
 	at := z.start + w
 	if err := d.failed(); err != nil {
@@ -354,6 +349,10 @@ func (d *Device) writeLocked(z *zone, p []byte, stream uint32) (int64, error) {
 	}
 	if c == backend.ZoneFull {
 		return 0, d.errf("write %d bytes to zone %d: %w", len(p), z.start/d.geo.ZoneSize, backend.ErrZoneFull)
+	}
+	if off >= 0 && off != at {
+		return 0, d.errf("write %d bytes at %d, zone %d's write pointer at %d: %w",
+			len(p), off, z.start/d.geo.ZoneSize, at, backend.ErrZoneInvalidWrite)
 	}
 	if len(p)%d.geo.Sector != 0 {
 		return 0, d.errf("write %d bytes at %d: not whole %d-byte sectors: %w", len(p), at, d.geo.Sector, backend.ErrZoneInvalidWrite)
@@ -529,7 +528,7 @@ func (d *Device) ZoneMgmt(op backend.ZoneOp, off int64) error {
 		// data. The discard only gives the image's space back (reads past
 		// the write pointer are zeroes anyway), so its failure is not the
 		// reset's.
-		if err := d.save(); err != nil {
+		if err := d.save(false); err != nil {
 			return d.errf("zone reset of zone %d: %w", zi, err)
 		}
 		_ = d.media.Discard(z.start, d.geo.ZoneSize)
@@ -554,7 +553,7 @@ func (d *Device) ZoneMgmt(op backend.ZoneOp, off int64) error {
 		d.gen.Add(1)
 		d.ctr[cFinishes].Add(1)
 		d.ctr[cFinishBytes].Add(uint64(d.cap - w))
-		if err := d.save(); err != nil {
+		if err := d.save(false); err != nil {
 			return d.errf("zone finish of zone %d: %w", zi, err)
 		}
 		return nil
@@ -598,22 +597,22 @@ func (d *Device) ZoneMgmt(op backend.ZoneOp, off int64) error {
 // A failed save breaks the device (every later write, action and flush
 // fails), as a filesystem shuts down on a failed log write: what is on the
 // media is no longer known.
-func (d *Device) save() error {
+func (d *Device) save(force bool) error {
 	d.saveMu.Lock()
 	defer d.saveMu.Unlock()
 	if err := d.failed(); err != nil {
 		return err
 	}
-	err := d.saveLocked()
+	err := d.saveLocked(force)
 	if err != nil {
 		d.broken.Store(&err)
 	}
 	return err
 }
 
-func (d *Device) saveLocked() error {
+func (d *Device) saveLocked(force bool) error {
 	gen := d.gen.Load()
-	if gen == d.savedGen {
+	if gen == d.savedGen && !force {
 		if err := d.media.Flush(); err != nil {
 			return fmt.Errorf("flush: %w", err)
 		}
@@ -659,7 +658,7 @@ func (d *Device) Flush() error {
 	if d.ro {
 		return nil
 	}
-	if err := d.save(); err != nil {
+	if err := d.save(false); err != nil {
 		return d.errf("%w", err)
 	}
 	return nil
@@ -698,12 +697,15 @@ func (d *Device) MaxStreams() uint32 { return 0 }
 // Kind implements backend.Device.
 func (d *Device) Kind() string { return "zoned" }
 
-// Close saves the state (when writable) and closes the media; a failed
-// save is returned, but the media is closed all the same.
+// Close saves the state (when writable), counters included, and closes
+// the media; a failed save is returned, but the media is closed all the
+// same.
 func (d *Device) Close() error {
 	var err error
 	if !d.ro {
-		err = d.Flush()
+		if err = d.save(true); err != nil {
+			err = d.errf("%w", err)
+		}
 	}
 	if cerr := d.media.Close(); err == nil && cerr != nil {
 		err = d.errf("close: %w", cerr)
