@@ -69,7 +69,8 @@ type zone struct {
 	// mu serialises the writes and actions of this zone: a sequential
 	// zone is written in order, so holding it across the data write costs
 	// nothing a drive would not cost. Lock order: zone.mu, then
-	// Device.limMu; another zone's mu is only ever TryLocked under limMu.
+	// Device.saveMu, then Device.limMu; another zone's mu is only ever
+	// TryLocked under limMu.
 	mu    sync.Mutex
 	start int64
 	conv  bool
@@ -365,11 +366,10 @@ func (d *Device) writeLocked(z *zone, p []byte, off int64, stream uint32) (int64
 		return at, nil
 	}
 	if c == backend.ZoneEmpty || c == backend.ZoneClosed {
-		if err := d.acquire(z, c, backend.ZoneImplicitOpen); err != nil {
+		if err := d.acquire(z, w, c, backend.ZoneImplicitOpen); err != nil {
 			return 0, d.errf("write to zone %d: %w", z.start/d.geo.ZoneSize, err)
 		}
 		c = backend.ZoneImplicitOpen
-		z.st.Store(pack(w, c))
 	}
 	// A failed write leaves the write pointer where it was: the bytes
 	// it may have put past it read as zeroes and are written over next.
@@ -378,10 +378,10 @@ func (d *Device) writeLocked(z *zone, p []byte, off int64, stream uint32) (int64
 	}
 	w += int64(len(p))
 	if w == d.cap {
-		d.release(z, c)
-		c = backend.ZoneFull
+		d.release(z, w, c, backend.ZoneFull)
+	} else {
+		z.st.Store(pack(w, c)) // the condition stays: no limMu needed
 	}
-	z.st.Store(pack(w, c))
 	d.gen.Add(1)
 	d.count(int64(len(p)), stream, -1)
 	return at, nil
@@ -398,10 +398,12 @@ func (d *Device) count(n int64, stream uint32, extra int) {
 }
 
 // acquire takes the open and active resources zone z needs to go from
-// condition from to the open condition to (z.mu held). At the open limit
-// it closes the oldest implicitly open zone it can, as a drive does; with
-// none to close the action fails.
-func (d *Device) acquire(z *zone, from, to backend.ZoneCond) error {
+// condition from to the open condition to, and stores the condition with
+// written length w (z.mu held). At the open limit it closes the oldest
+// implicitly open zone it can, as a drive does; with none to close the
+// action fails. Every change of condition is stored under limMu, so a save
+// that reads the zones under it sees no more active zones than the limit.
+func (d *Device) acquire(z *zone, w int64, from, to backend.ZoneCond) error {
 	d.limMu.Lock()
 	defer d.limMu.Unlock()
 	needActive := !from.Active()
@@ -424,15 +426,18 @@ func (d *Device) acquire(z *zone, from, to backend.ZoneCond) error {
 	if to == backend.ZoneImplicitOpen && from != backend.ZoneImplicitOpen {
 		d.implicit = append(d.implicit, d.index(z))
 	}
+	z.st.Store(pack(w, to))
 	return nil
 }
 
 // release gives back the resources of a zone leaving condition from for
-// a condition that holds none (empty or full); z.mu is held.
-func (d *Device) release(z *zone, from backend.ZoneCond) {
+// to, empty or full, which hold none, and stores the condition with
+// written length w; z.mu is held.
+func (d *Device) release(z *zone, w int64, from, to backend.ZoneCond) {
 	d.limMu.Lock()
 	defer d.limMu.Unlock()
 	d.releaseLocked(z, from, false)
+	z.st.Store(pack(w, to))
 }
 
 // releaseLocked gives back what from holds; keepActive keeps the active
@@ -519,8 +524,7 @@ func (d *Device) ZoneMgmt(op backend.ZoneOp, off int64) error {
 		if c == backend.ZoneEmpty {
 			return nil
 		}
-		d.release(z, c)
-		z.st.Store(pack(0, backend.ZoneEmpty))
+		d.release(z, 0, c, backend.ZoneEmpty)
 		d.gen.Add(1)
 		d.ctr[cResets].Add(1)
 		d.ctr[cReclaim].Add(uint64(w))
@@ -542,14 +546,16 @@ func (d *Device) ZoneMgmt(op backend.ZoneOp, off int64) error {
 			// way to full (ZNS 2.1, and null_blk checks it too).
 			d.limMu.Lock()
 			over := d.geo.MaxActive > 0 && d.active >= d.geo.MaxActive
+			if !over {
+				z.st.Store(pack(w, backend.ZoneFull))
+			}
 			d.limMu.Unlock()
 			if over {
 				return d.errf("zone finish of zone %d: %w", zi, backend.ErrTooManyActive)
 			}
 		default:
-			d.release(z, c)
+			d.release(z, w, c, backend.ZoneFull)
 		}
-		z.st.Store(pack(w, backend.ZoneFull))
 		d.gen.Add(1)
 		d.ctr[cFinishes].Add(1)
 		d.ctr[cFinishBytes].Add(uint64(d.cap - w))
@@ -564,10 +570,9 @@ func (d *Device) ZoneMgmt(op backend.ZoneOp, off int64) error {
 		case backend.ZoneFull:
 			return bad()
 		}
-		if err := d.acquire(z, c, backend.ZoneExplicitOpen); err != nil {
+		if err := d.acquire(z, w, c, backend.ZoneExplicitOpen); err != nil {
 			return d.errf("zone open of zone %d: %w", zi, err)
 		}
-		z.st.Store(pack(w, backend.ZoneExplicitOpen))
 		return nil
 	case backend.ZoneOpClose:
 		switch c {
@@ -583,8 +588,8 @@ func (d *Device) ZoneMgmt(op backend.ZoneOp, off int64) error {
 		}
 		d.limMu.Lock()
 		d.releaseLocked(z, c, next == backend.ZoneClosed)
-		d.limMu.Unlock()
 		z.st.Store(pack(w, next))
+		d.limMu.Unlock()
 		return nil
 	}
 	return d.errf("zone action %s: %w", op, syscall.EINVAL)
@@ -619,10 +624,14 @@ func (d *Device) saveLocked(force bool) error {
 		return nil
 	}
 	s := state{fill: make([]int64, len(d.zones)), full: make([]bool, len(d.zones)), zones: len(d.zones)}
+	// Under limMu, so the zones it saves as active (written, not full)
+	// were all active at one moment: within max_active, as Load checks.
+	d.limMu.Lock()
 	for i := range d.zones {
 		w, c := d.zones[i].load()
 		s.fill[i], s.full[i] = w, c == backend.ZoneFull
 	}
+	d.limMu.Unlock()
 	if err := d.media.Flush(); err != nil {
 		return fmt.Errorf("flush: %w", err)
 	}
