@@ -256,34 +256,44 @@ func (d *Device) ruhStatus() ([]RUHStatus, error) {
 // identify reads what the device needs from the controller about namespace
 // d.nsid: geometry, transfer limits and the FDP setup.
 func (d *Device) identify() error {
-	nsid := d.nsid
-	buf := backend.AlignedBuf(identifySize)
-	if err := d.identifyCmd(cnsNamespace, nsid, buf); err != nil {
-		return err
-	}
-	ns, err := parseIdentifyNS(buf)
+	ns, ctrl, err := d.identifyBase()
 	if err != nil {
 		return err
 	}
+	return d.identifyFDP(ns, ctrl)
+}
+
+// identifyBase reads the namespace's geometry and the transfer limits,
+// what every command set needs.
+func (d *Device) identifyBase() (nsInfo, ctrlInfo, error) {
+	nsid := d.nsid
+	buf := backend.AlignedBuf(identifySize)
+	if err := d.identifyCmd(cnsNamespace, nsid, buf); err != nil {
+		return nsInfo{}, ctrlInfo{}, err
+	}
+	ns, err := parseIdentifyNS(buf)
+	if err != nil {
+		return nsInfo{}, ctrlInfo{}, err
+	}
 	if ns.lbaShift != 9 && ns.lbaShift != 12 {
-		return fmt.Errorf("namespace %d: block size 2^%d: %w", nsid, ns.lbaShift, ErrFormat)
+		return nsInfo{}, ctrlInfo{}, fmt.Errorf("namespace %d: block size 2^%d: %w", nsid, ns.lbaShift, ErrFormat)
 	}
 	if ns.metaSize != 0 {
-		return fmt.Errorf("namespace %d: %d metadata bytes per block: %w", nsid, ns.metaSize, ErrFormat)
+		return nsInfo{}, ctrlInfo{}, fmt.Errorf("namespace %d: %d metadata bytes per block: %w", nsid, ns.metaSize, ErrFormat)
 	}
 	d.lbaShift = uint(ns.lbaShift)
 	d.lbaSize = 1 << ns.lbaShift
 	if ns.nsze > uint64(1<<63-1)>>d.lbaShift {
-		return fmt.Errorf("namespace %d: size %d blocks overflows", nsid, ns.nsze)
+		return nsInfo{}, ctrlInfo{}, fmt.Errorf("namespace %d: size %d blocks overflows", nsid, ns.nsze)
 	}
 	d.size = int64(ns.nsze) << d.lbaShift
 
 	if err := d.identifyCmd(cnsController, 0, buf); err != nil {
-		return err
+		return nsInfo{}, ctrlInfo{}, err
 	}
 	ctrl, err := parseIdentifyCtrl(buf)
 	if err != nil {
-		return err
+		return nsInfo{}, ctrlInfo{}, err
 	}
 	d.chunk = min(maxTransfer(ctrl.mdts, minPageSize), maxChunk)
 	if k := kernelMaxTransfer(d.path); k > 0 {
@@ -300,7 +310,13 @@ func (d *Device) identify() error {
 			}
 		}
 	}
+	return ns, ctrl, nil
+}
 
+// identifyFDP reads the FDP setup of the namespace's endurance group and
+// its placement handles.
+func (d *Device) identifyFDP(ns nsInfo, ctrl ctrlInfo) error {
+	nsid := d.nsid
 	if !ctrl.fdpSupported() {
 		return fmt.Errorf("controller does not support FDP (CTRATT bit 19 clear): %w", ErrNoFDP)
 	}

@@ -49,6 +49,7 @@ type nsInfo struct {
 	lbaShift uint8  // LBADS of the formatted LBA format
 	metaSize uint16 // MS of the formatted LBA format
 	endgid   uint16 // endurance group the namespace belongs to
+	lbaf     int    // index of the formatted LBA format
 }
 
 // parseIdentifyNS decodes the fields of the Identify Namespace data structure
@@ -72,6 +73,7 @@ func parseIdentifyNS(b []byte) (nsInfo, error) {
 		lbaShift: uint8(lbaf >> 16),
 		metaSize: uint16(lbaf),
 		endgid:   binary.LittleEndian.Uint16(b[102:]),
+		lbaf:     idx,
 	}, nil
 }
 
