@@ -7,6 +7,8 @@ import (
 
 	// The NVMe passthrough backend registers itself with package backend.
 	_ "github.com/streamfs/streamfs/backend/nvme"
+	// So does the emulated zoned device: a zoned image opens as one.
+	_ "github.com/streamfs/streamfs/backend/zoned"
 	"github.com/streamfs/streamfs/fs/cli"
 )
 

@@ -1,6 +1,8 @@
 // Package backend is the device layer: every byte streamfs stores goes through
 // a Device. Implementations: an image file (file.go), a block device
-// (block.go); NVMe FDP passthrough lives in backend/nvme. The write call
+// (block.go); NVMe FDP and ZNS passthrough live in backend/nvme, the FDP
+// drive model in backend/ftl, the emulated zoned device in backend/zoned.
+// Zoned devices (zone.go) add zone reports, zone actions and append. The write call
 // carries the stream so that hardware placement can honour it.
 package backend
 
@@ -29,7 +31,8 @@ type Device interface {
 	SectorSize() int
 	// MaxStreams is the number of hardware write streams (0 = none).
 	MaxStreams() uint32
-	// Kind names the implementation: "file", "block", "nvme" or "ftl".
+	// Kind names the implementation: "file", "block", "nvme", "ftl",
+	// "zoned" or "zns".
 	Kind() string
 	// Close releases the device and its exclusive lock.
 	Close() error

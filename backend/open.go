@@ -19,9 +19,9 @@ import (
 type OpenOptions struct {
 	// ReadOnly opens the device without write access.
 	ReadOnly bool
-	// Kind forces an implementation: "file", "block", "nvme" or "ftl"; ""
-	// picks one from the path's type (an image with an FTL model label
-	// opens as "ftl").
+	// Kind forces an implementation: "file", "block", "nvme", "ftl" or
+	// "zoned"; "" picks one from the path's type (an image with an FTL
+	// model label opens as "ftl", one with a zoned label as "zoned").
 	Kind string
 	// Warn, if set, hears why an automatic choice fell back (an NVMe
 	// namespace whose FDP setup cannot be used).
@@ -38,9 +38,24 @@ var NVMeOpener func(path string, ro bool) (Device, error)
 // from its init, like NVMeOpener.
 var ModelOpener func(path string, ro bool, warn func(string)) (d Device, ok bool, err error)
 
-// openImage opens a regular file: as a modelled drive when it carries a
-// model label, else as a plain File (or an error, with kind "ftl").
+// ZonedOpener opens an image file formatted as an emulated zoned device
+// (label in its last block); ok false means the file has none.
+// backend/zoned sets it from its init, like NVMeOpener.
+var ZonedOpener func(path string, ro bool) (d Device, ok bool, err error)
+
+// openImage opens a regular file: as an emulated zoned device or a
+// modelled drive when it carries their label, else as a plain File (or an
+// error, with kind "ftl" or "zoned").
 func openImage(path string, opts OpenOptions) (Device, error) {
+	if ZonedOpener != nil {
+		d, ok, err := ZonedOpener(path, opts.ReadOnly)
+		if ok || err != nil {
+			return d, err
+		}
+	}
+	if opts.Kind == "zoned" {
+		return nil, fmt.Errorf("device %s: not a zoned image", path)
+	}
 	if ModelOpener != nil {
 		d, ok, err := ModelOpener(path, opts.ReadOnly, opts.Warn)
 		if ok || err != nil {
@@ -82,12 +97,12 @@ func Open(path string, opts OpenOptions) (Device, error) {
 
 	switch opts.Kind {
 	case "":
-	case "file", "ftl":
+	case "file", "ftl", "zoned":
 		if !mode.IsRegular() {
 			return nil, fmt.Errorf("device %s: kind %s needs a regular file, found %s", path, opts.Kind, describeMode(mode))
 		}
-		// A modelled image opens as one even with kind file: as a plain
-		// file its state slots would show up as filesystem space.
+		// A modelled or zoned image opens as one even with kind file: as
+		// a plain file its state slots would show up as filesystem space.
 		return openImage(path, opts)
 	case "block":
 		if !isBlock {
@@ -100,7 +115,7 @@ func Open(path string, opts OpenOptions) (Device, error) {
 		}
 		return NVMeOpener(path, opts.ReadOnly)
 	default:
-		return nil, fmt.Errorf("device %s: unknown device kind %q (want file, block, nvme or ftl)", path, opts.Kind)
+		return nil, fmt.Errorf("device %s: unknown device kind %q (want file, block, nvme, ftl or zoned)", path, opts.Kind)
 	}
 
 	switch {

@@ -116,6 +116,16 @@ type Device struct {
 
 var _ backend.Zoned = (*Device)(nil)
 
+func init() {
+	backend.ZonedOpener = func(path string, ro bool) (backend.Device, bool, error) {
+		d, ok, err := Open(path, ro)
+		if err != nil || !ok {
+			return nil, ok, err
+		}
+		return d, true, nil
+	}
+}
+
 // Open opens the zoned image at path; ok is false (and the file closed)
 // when it carries no zoned label.
 func Open(path string, ro bool) (d *Device, ok bool, err error) {

@@ -526,3 +526,45 @@ func TestFailedSaveBreaksDevice(t *testing.T) {
 		t.Fatal("reset accepted after a failed save")
 	}
 }
+
+// TestBackendOpenPicksZoned: backend.Open recognises a zoned image by its
+// label, even when asked for a plain file, and refuses kind zoned on an
+// image without one.
+func TestBackendOpenPicksZoned(t *testing.T) {
+	dir := t.TempDir()
+	mk := func(name string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(p, 1<<20); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	zimg, plain := mk("zoned.img"), mk("plain.img")
+	if _, err := FormatFile(zimg, testGeometry()); err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range []string{"", "file", "zoned"} {
+		d, err := backend.Open(zimg, backend.OpenOptions{Kind: kind})
+		if err != nil {
+			t.Fatalf("kind %q: %v", kind, err)
+		}
+		_, zonedOK := d.(backend.Zoned)
+		if d.Kind() != "zoned" || !zonedOK || d.Size() >= 1<<20 {
+			t.Errorf("kind %q: opened %s of %d bytes", kind, d.Kind(), d.Size())
+		}
+		if err := d.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := backend.Open(plain, backend.OpenOptions{Kind: "zoned"}); err == nil {
+		t.Error("kind zoned opened an image without a zoned label")
+	}
+	d, err := backend.Open(plain, backend.OpenOptions{})
+	if err != nil || d.Kind() != "file" {
+		t.Fatalf("plain image: %v", err)
+	}
+	d.Close()
+}
