@@ -142,35 +142,33 @@ func parseZoneReport(b []byte, shift uint) ([]backend.Zone, error) {
 	return out, nil
 }
 
-// zoneStatusErr maps the ZNS command specific statuses (SCT 1, SC 0xB8 to
-// 0xBF) onto backend's zone errors, keeping the StatusError in the chain.
+// zoneStatuses are backend's zone errors for the ZNS command specific
+// statuses (SCT 1), indexed by SC - 0xB8.
+var zoneStatuses = [...]error{
+	backend.ErrZoneBoundary,     // 0xB8 Zone Boundary Error
+	backend.ErrZoneFull,         // 0xB9 Zone Is Full
+	backend.ErrZoneReadOnly,     // 0xBA Zone Is Read Only
+	backend.ErrZoneOffline,      // 0xBB Zone Is Offline
+	backend.ErrZoneInvalidWrite, // 0xBC Zone Invalid Write
+	backend.ErrTooManyActive,    // 0xBD Too Many Active Zones
+	backend.ErrTooManyOpen,      // 0xBE Too Many Open Zones
+	backend.ErrZoneState,        // 0xBF Invalid Zone State Transition
+}
+
+const zoneStatusFirst = sctCmdSpecific | 0xb8
+
+// zoneStatusErr maps the ZNS statuses onto backend's zone errors, keeping
+// the StatusError in the chain.
 func zoneStatusErr(err error) error {
 	var se *StatusError
 	if !errors.As(err, &se) {
 		return err
 	}
-	var target error
-	switch se.Status & statusMask {
-	case sctCmdSpecific | 0xb8:
-		target = backend.ErrZoneBoundary
-	case sctCmdSpecific | 0xb9:
-		target = backend.ErrZoneFull
-	case sctCmdSpecific | 0xba:
-		target = backend.ErrZoneReadOnly
-	case sctCmdSpecific | 0xbb:
-		target = backend.ErrZoneOffline
-	case sctCmdSpecific | 0xbc:
-		target = backend.ErrZoneInvalidWrite
-	case sctCmdSpecific | 0xbd:
-		target = backend.ErrTooManyActive
-	case sctCmdSpecific | 0xbe:
-		target = backend.ErrTooManyOpen
-	case sctCmdSpecific | 0xbf:
-		target = backend.ErrZoneState
-	default:
+	i := int(se.Status&statusMask) - zoneStatusFirst
+	if i < 0 || i >= len(zoneStatuses) {
 		return err
 	}
-	return fmt.Errorf("%w: %w", err, target)
+	return fmt.Errorf("%w: %w", err, zoneStatuses[i])
 }
 
 // ZonedDevice is an NVMe zoned namespace driven by passthrough commands,

@@ -164,11 +164,9 @@ func (c *znsCtrl) status(op uint8, err error) error {
 	if err == nil {
 		return nil
 	}
-	for sc, target := range map[uint32]error{0xb8: backend.ErrZoneBoundary, 0xb9: backend.ErrZoneFull,
-		0xbc: backend.ErrZoneInvalidWrite, 0xbd: backend.ErrTooManyActive, 0xbe: backend.ErrTooManyOpen,
-		0xbf: backend.ErrZoneState} {
+	for i, target := range zoneStatuses {
 		if errors.Is(err, target) {
-			return &StatusError{Opcode: op, Status: 0x4000 | sctCmdSpecific | sc}
+			return &StatusError{Opcode: op, Status: 0x4000 | uint32(zoneStatusFirst+i)}
 		}
 	}
 	return fmt.Errorf("controller: %w", err)
