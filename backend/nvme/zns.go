@@ -113,7 +113,10 @@ func zoneAppendCDW(zslba uint64, nlb uint32) (cdw10, cdw11, cdw12 uint32) {
 // parseZoneReport decodes a Zone Management Receive report: nr_zones in
 // bytes 7:0 of a 64-byte header, then 64-byte descriptors (ZT 3:0 of byte
 // 0, ZS 7:4 of byte 1, ZA byte 2, ZCAP 15:8, ZSLBA 23:16, WP 31:24), in
-// logical blocks, converted to bytes with shift.
+// logical blocks, converted to bytes with shift. The write pointer of a
+// full, read-only or offline zone is not valid (QEMU reports all ones): a
+// full zone's is taken as the end of its capacity, the others' as its
+// start.
 func parseZoneReport(b []byte, shift uint) ([]backend.Zone, error) {
 	if len(b) < zoneReportHdr {
 		return nil, fmt.Errorf("zone report: %d bytes: %w", len(b), errShort)
@@ -128,7 +131,14 @@ func parseZoneReport(b []byte, shift uint) ([]backend.Zone, error) {
 	for i := range out {
 		d := b[zoneReportHdr+i*zoneDescSize:]
 		zcap, zslba, wp := le.Uint64(d[8:]), le.Uint64(d[16:]), le.Uint64(d[24:])
-		if zcap > maxLBA || zslba > maxLBA || wp > maxLBA {
+		cond := backend.ZoneCond(d[1] >> zoneStateShift)
+		switch cond {
+		case backend.ZoneFull:
+			wp = zslba + zcap
+		case backend.ZoneReadOnly, backend.ZoneOffline:
+			wp = zslba
+		}
+		if zcap > maxLBA || zslba > maxLBA-zcap || wp > maxLBA {
 			return nil, fmt.Errorf("zone report: descriptor %d: LBA out of range", i)
 		}
 		out[i] = backend.Zone{
@@ -136,7 +146,7 @@ func parseZoneReport(b []byte, shift uint) ([]backend.Zone, error) {
 			Cap:   int64(zcap) << shift,
 			WP:    int64(wp) << shift,
 			Type:  backend.ZoneType(d[0] & 0xf),
-			Cond:  backend.ZoneCond(d[1] >> zoneStateShift),
+			Cond:  cond,
 		}
 	}
 	return out, nil

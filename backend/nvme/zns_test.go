@@ -57,7 +57,7 @@ func TestParseZoneReport(t *testing.T) {
 	d[0], d[1] = 0x2, 0xe0 // full
 	le64(d, 8, 0x1f000)
 	le64(d, 16, 0x20000)
-	le64(d, 24, 0x3f000)
+	le64(d, 24, ^uint64(0)) // not valid for a full zone: QEMU sends all ones
 	zs, err := parseZoneReport(b, 12)
 	if err != nil {
 		t.Fatal(err)
@@ -220,7 +220,11 @@ func (c *znsCtrl) submit(admin bool, cmd *passthru64, buf []byte) (uint64, error
 			d[0], d[1] = byte(z.Type), byte(z.Cond)<<4
 			le64(d, 8, uint64(z.Cap>>c.shift))
 			le64(d, 16, uint64(z.Start>>c.shift))
-			le64(d, 24, uint64(z.WP>>c.shift))
+			wp := uint64(z.WP >> c.shift)
+			if z.Cond == backend.ZoneFull {
+				wp = ^uint64(0) // not valid when full; QEMU's value
+			}
+			le64(d, 24, wp)
 		}
 		return 0, nil
 	case ioZoneAppend:

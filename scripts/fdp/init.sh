@@ -1,8 +1,9 @@
 #!/bin/sh
 # /init of the FDP test guest (see run.sh): loads the NVMe driver, checks
-# that the emulated drive shows FDP, runs the backend's VM test and, when the
-# initramfs holds streamfs, the filesystem test; prints STREAMFS-FDP: PASS or
-# FAIL on the console and powers off.
+# that the emulated drive shows FDP, runs the backend's VM tests (FDP, and
+# ZNS on the zoned namespace of a second controller) and, when the
+# initramfs holds streamfs, the filesystem test; prints STREAMFS-FDP: PASS
+# or FAIL on the console and powers off.
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin
 /bin/busybox --install -s /bin
 mount -t proc proc /proc
@@ -30,27 +31,46 @@ fail() {
 while read -r m; do
 	insmod "/lib/modules/$m" || fail "insmod $m"
 done </modules.order
+# ctrl_of SERIAL names the controller (nvmeN) with that serial number: the
+# driver probes controllers in parallel, so their numbers are not fixed.
+ctrl_of() {
+	for c in /sys/class/nvme/nvme*; do
+		[ "$(tr -d ' ' <"$c/serial" 2>/dev/null)" = "$1" ] && basename "$c" && return 0
+	done
+	return 1
+}
 i=0
-while [ ! -b /dev/nvme0n1 ] || [ ! -c /dev/ng0n1 ]; do
+while :; do
+	fdp=$(ctrl_of deadbeef) && [ -b "/dev/${fdp}n1" ] && [ -c "/dev/ng${fdp#nvme}n1" ] &&
+		{ [ "$(arg zns)" != 1 ] || { zns=$(ctrl_of zns0) && [ -c "/dev/ng${zns#nvme}n1" ]; }; } && break
 	i=$((i + 1))
-	[ $i -gt 300 ] && fail "no /dev/nvme0n1 and /dev/ng0n1 after 30s"
+	[ $i -gt 300 ] && fail "no FDP (and zoned) namespaces after 30s"
 	sleep 0.1
 done
+export STREAMFS_NVME_DEV="/dev/ng${fdp#nvme}n1" STREAMFS_NVME_BLOCK="/dev/${fdp}n1" STREAMFS_TEST_DEV="/dev/${fdp}n1"
 
 # The drive must show FDP before any of our code runs.
-nvme id-ctrl /dev/nvme0 -H >/tmp/id-ctrl 2>&1 || fail "nvme id-ctrl"
+nvme id-ctrl "/dev/$fdp" -H >/tmp/id-ctrl 2>&1 || fail "nvme id-ctrl"
 grep -i 'Flexible Data Placement' /tmp/id-ctrl | head -n 2
 grep -iq 'FDPS.*Supported\|Flexible Data Placement Supported' /tmp/id-ctrl ||
 	grep -iE '\[19:19\].*0x1' /tmp/id-ctrl || fail "id-ctrl does not show FDP support"
-nvme fdp configs /dev/nvme0n1 -e 1 || fail "nvme fdp configs"
-nvme fdp status /dev/nvme0n1 || fail "nvme fdp status"
+nvme fdp configs "$STREAMFS_NVME_BLOCK" -e 1 || fail "nvme fdp configs"
+nvme fdp status "$STREAMFS_NVME_BLOCK" || fail "nvme fdp status"
 # Endurance group 1; bit 0 of the value is FDP enabled.
-nvme get-feature /dev/nvme0 -f 0x1d --cdw11=1 | tee /tmp/fdp-feature || fail "nvme get-feature 0x1d"
+nvme get-feature "/dev/$fdp" -f 0x1d --cdw11=1 | tee /tmp/fdp-feature || fail "nvme get-feature 0x1d"
 grep -qiE 'current value: *0x[0-9a-f]*[13579bdf]$' /tmp/fdp-feature || fail "FDP is not enabled"
 
 echo "guest: backend test"
-/bin/nvme-fdpvm.test -test.v -test.run 'TestVM' -test.count=1 || fail "backend VM test"
+/bin/nvme-fdpvm.test -test.v -test.run 'TestVM' -test.skip 'TestVMZoned' -test.count=1 || fail "backend VM test"
 echo "STREAMFS-FDP-BACKEND: PASS"
+
+if [ "$(arg zns)" = 1 ]; then
+	echo "guest: zoned namespace test"
+	nvme zns report-zones "/dev/${zns}n1" -d 4 || echo "guest: (nvme zns report-zones unavailable)"
+	STREAMFS_ZNS_DEV="/dev/ng${zns#nvme}n1" /bin/nvme-fdpvm.test -test.v -test.run 'TestVMZoned' -test.count=1 ||
+		fail "zoned namespace test"
+	echo "STREAMFS-ZNS-BACKEND: PASS"
+fi
 
 if [ "$(arg bench)" = 1 ]; then
 	echo "guest: throughput benchmark"

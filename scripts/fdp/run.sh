@@ -16,6 +16,9 @@
 #   STREAMFS_FDP_LBA      namespace block size, 512 or 4096 (4096)
 #   STREAMFS_FDP_FS       auto (run the filesystem test when the streamfs
 #                         CLI has mkfs), 1 (require it) or 0 (skip it)
+#   STREAMFS_FDP_ZNS      1 (default): also give the guest a zoned (ZNS)
+#                         namespace on a second controller and run the
+#                         backend's ZNS test on it; 0: FDP only
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -26,6 +29,7 @@ timeout_s=${STREAMFS_FDP_TIMEOUT:-900}
 bench=${STREAMFS_FDP_BENCH:-0}
 fsmode=${STREAMFS_FDP_FS:-auto}
 lba=${STREAMFS_FDP_LBA:-4096}
+zns=${STREAMFS_FDP_ZNS:-1}
 case $lba in 512 | 4096) ;; *) echo "fdp: STREAMFS_FDP_LBA must be 512 or 4096" >&2; exit 2 ;; esac
 
 log() { echo "fdp: $*" >&2; }
@@ -234,7 +238,18 @@ run_vm() {
 	local img="$work/fdp.img" console="$work/console.log"
 	rm -f "$img"
 	truncate -s 1G "$img" # fresh every run: the FDP state restarts too
-	local append="console=ttyS0 panic=-1 streamfs.bench=$bench streamfs.benchcount=${STREAMFS_FDP_BENCH_COUNT:-1} streamfs.fs=$have_fs streamfs.lba=$lba"
+	local zdev=()
+	if [ "$zns" = 1 ]; then
+		# A second controller with a zoned namespace: 8 MiB zones of 6 MiB
+		# capacity, 4 open and 6 active (backend/nvme/znsvm_test.go checks
+		# these numbers).
+		rm -f "$work/zns.img"
+		truncate -s 256M "$work/zns.img"
+		zdev=(-device nvme,serial=zns0,id=zns0
+			-drive file="$work/zns.img",if=none,id=zns,format=raw
+			-device nvme-ns,drive=zns,bus=zns0,nsid=1,logical_block_size=4096,physical_block_size=4096,zoned=on,zoned.zone_size=8M,zoned.zone_capacity=6M,zoned.max_open=4,zoned.max_active=6)
+	fi
+	local append="console=ttyS0 panic=-1 streamfs.zns=$zns streamfs.bench=$bench streamfs.benchcount=${STREAMFS_FDP_BENCH_COUNT:-1} streamfs.fs=$have_fs streamfs.lba=$lba"
 	log "booting ($accel, timeout ${timeout_s}s); console in $console"
 	local t0 rc=0
 	t0=$(date +%s)
@@ -245,11 +260,12 @@ run_vm() {
 		-device nvme,serial=deadbeef,subsys=subsys0 \
 		-drive file="$img",if=none,id=nvm,format=raw \
 		-device nvme-ns,drive=nvm,nsid=1,logical_block_size=$lba,physical_block_size=$lba,fdp.ruhs=0-7 \
+		"${zdev[@]}" \
 		</dev/null >"$console" 2>&1 || rc=$?
 	vm_secs=$(($(date +%s) - t0))
 	# Console lines end in CR LF.
 	tr -d '\r' <"$console" >"$console.txt"
-	grep -E '^(STREAMFS-FDP|---|===|PASS|FAIL|ok|fdp:|guest:|    fdpvm_test|Benchmark)' "$console.txt" >&2 || true
+	grep -E '^(STREAMFS-FDP|STREAMFS-ZNS|---|===|PASS|FAIL|ok|fdp:|guest:|    fdpvm_test|    znsvm_test|Benchmark)' "$console.txt" >&2 || true
 	if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
 		die "guest timed out after ${timeout_s}s (console: $console.txt)"
 	fi

@@ -1,0 +1,150 @@
+//go:build fdpvm
+
+// This test needs a real zoned namespace: scripts/fdp runs it in the QEMU
+// guest, on an emulated ZNS namespace beside the FDP drive. It writes to
+// the device: never point it at a disk holding data.
+
+package nvme
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"testing"
+
+	"github.com/streamfs/streamfs/backend"
+)
+
+// The geometry run.sh gives QEMU's zoned namespace.
+const (
+	vmZoneSize  = 8 << 20
+	vmZoneCap   = 6 << 20
+	vmMaxOpen   = 4
+	vmMaxActive = 6
+	vmZones     = 32
+)
+
+func TestVMZoned(t *testing.T) {
+	path := os.Getenv("STREAMFS_ZNS_DEV")
+	if path == "" {
+		t.Skip("STREAMFS_ZNS_DEV not set: no zoned namespace to test")
+	}
+	z, err := OpenZoned(path, false)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	defer z.Close()
+	geo := z.Geometry()
+	js, _ := json.Marshal(geo)
+	t.Logf("zone geometry: %s, append limit %d", js, z.append)
+	if geo.ZoneSize != vmZoneSize || geo.ZoneCap != vmZoneCap || geo.MaxOpen != vmMaxOpen ||
+		geo.MaxActive != vmMaxActive || geo.Zones != vmZones || geo.Conventional != 0 || z.SectorSize() != 4096 {
+		t.Fatalf("geometry %+v, sector %d", geo, z.SectorSize())
+	}
+	if _, err := OpenZoned(path, false); !errors.Is(err, backend.ErrBusy) {
+		t.Fatalf("second open: %v, want busy", err)
+	}
+	zs := func(i int) int64 { return int64(i) * vmZoneSize }
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	report := func(i int) backend.Zone {
+		t.Helper()
+		r, err := z.ReportZones(zs(i), 1)
+		if err != nil || len(r) != 1 {
+			t.Fatalf("report zone %d: %v %v", i, r, err)
+		}
+		return r[0]
+	}
+
+	// Writes at the write pointer, several commands, a buffer that is
+	// not page aligned; read back.
+	data := backend.AlignedBuf(1<<20 + 4096 + 1)[1:]
+	for i := range data {
+		data[i] = byte(i*7 + i>>12)
+	}
+	must(z.WriteAt(data, 0, 0))
+	if r := report(0); r.WP != int64(len(data)) || r.Cond != backend.ZoneImplicitOpen || r.Cap != vmZoneCap {
+		t.Fatalf("zone 0 after the write: %+v", r)
+	}
+	got := make([]byte, len(data))
+	must(z.ReadAt(got, 0))
+	if !bytes.Equal(got, data) {
+		t.Fatal("zone 0 reads back other data")
+	}
+	// The drive's refusals come back as the zone errors.
+	if err := z.WriteAt(data[:4096], 0, 0); !errors.Is(err, backend.ErrZoneInvalidWrite) {
+		t.Fatalf("write below the write pointer: %v", err)
+	}
+	if err := z.WriteAt(data[:4096], int64(len(data))+4096, 0); !errors.Is(err, backend.ErrZoneInvalidWrite) {
+		t.Fatalf("write past the write pointer: %v", err)
+	}
+	if err := z.WriteAt(data[:8192], vmZoneCap-4096, 0); !errors.Is(err, backend.ErrZoneInvalidWrite) && !errors.Is(err, backend.ErrZoneBoundary) {
+		t.Fatalf("write across the capacity: %v", err)
+	}
+
+	// Appends: the drive picks the place and says where.
+	for i := range 3 {
+		at, err := z.Append(data[:64<<10], zs(1), 0)
+		if err != nil || at != zs(1)+int64(i)*64<<10 {
+			t.Fatalf("append %d: at %d, %v", i, at, err)
+		}
+	}
+	must(z.ReadAt(got[:64<<10], zs(1)+128<<10))
+	if !bytes.Equal(got[:64<<10], data[:64<<10]) {
+		t.Fatal("appended data reads back wrong")
+	}
+
+	// Limits: zones 0 and 1 done, four written explicitly open zones fill
+	// the open limit; implicit opens take the rest of the active limit.
+	must(z.ZoneMgmt(backend.ZoneOpFinish, zs(0)))
+	must(z.ZoneMgmt(backend.ZoneOpFinish, zs(1)))
+	if r := report(0); r.Cond != backend.ZoneFull {
+		t.Fatalf("finished zone 0 is %v", r.Cond)
+	}
+	if err := z.WriteAt(data[:4096], report(0).WP, 0); !errors.Is(err, backend.ErrZoneFull) && !errors.Is(err, backend.ErrZoneBoundary) {
+		t.Fatalf("write to a full zone: %v", err)
+	}
+	for i := 2; i < 6; i++ {
+		must(z.ZoneMgmt(backend.ZoneOpOpen, zs(i)))
+		must(z.WriteAt(data[:4096], zs(i), 0))
+		if r := report(i); r.Cond != backend.ZoneExplicitOpen {
+			t.Fatalf("zone %d is %v, want explicitly open", i, r.Cond)
+		}
+	}
+	if err := z.ZoneMgmt(backend.ZoneOpOpen, zs(6)); !errors.Is(err, backend.ErrTooManyOpen) {
+		t.Fatalf("fifth open zone: %v", err)
+	}
+	must(z.ZoneMgmt(backend.ZoneOpClose, zs(2)))
+	must(z.ZoneMgmt(backend.ZoneOpClose, zs(3)))
+	if r := report(2); r.Cond != backend.ZoneClosed {
+		t.Fatalf("closed zone 2 is %v", r.Cond)
+	}
+	must(z.WriteAt(data[:4096], zs(6), 0))
+	must(z.WriteAt(data[:4096], zs(7), 0))
+	if err := z.WriteAt(data[:4096], zs(8), 0); !errors.Is(err, backend.ErrTooManyActive) {
+		t.Fatalf("seventh active zone: %v", err)
+	}
+
+	// Reset: empty, and the data is gone.
+	must(z.ZoneMgmt(backend.ZoneOpReset, zs(2)))
+	if r := report(2); r.Cond != backend.ZoneEmpty || r.WP != zs(2) {
+		t.Fatalf("reset zone 2: %+v", r)
+	}
+	must(z.ReadAt(got[:4096], zs(2)))
+	if !bytes.Equal(got[:4096], make([]byte, 4096)) {
+		t.Fatal("reset zone does not read zeroes")
+	}
+	all, err := z.ReportZones(0, 0)
+	if err != nil || len(all) != vmZones {
+		t.Fatalf("report of every zone: %d zones, %v", len(all), err)
+	}
+	if err := z.ZoneMgmt(backend.ZoneOpReset, 4096); !errors.Is(err, backend.ErrZoneState) {
+		t.Fatalf("reset off a zone start: %v", err)
+	}
+	must(z.Flush())
+}
