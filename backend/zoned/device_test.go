@@ -3,6 +3,7 @@ package zoned
 import (
 	"bytes"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
@@ -567,4 +568,78 @@ func TestBackendOpenPicksZoned(t *testing.T) {
 		t.Fatalf("plain image: %v", err)
 	}
 	d.Close()
+}
+
+// TestConcurrentActionsKeepLimits runs appends, resets, finishes, opens,
+// closes and flushes from many goroutines over few zones and tight
+// limits: only the zone rules' own errors come back, the open and active
+// accounting matches the conditions, and a reload sees the same zones.
+func TestConcurrentActionsKeepLimits(t *testing.T) {
+	m := newMem(t, testGeometry(), 12) // zones 2..11 sequential; open 3, active 4
+	d := load(t, m)
+	allowed := []error{backend.ErrTooManyOpen, backend.ErrTooManyActive, backend.ErrZoneState,
+		backend.ErrZoneBoundary, backend.ErrZoneFull}
+	var wg sync.WaitGroup
+	for w := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 5))
+			for range 300 {
+				zoff := int64(2+rng.IntN(10)) * testZone
+				var err error
+				switch r := rng.IntN(12); r {
+				case 0:
+					err = d.ZoneMgmt(backend.ZoneOpReset, zoff)
+				case 1:
+					err = d.ZoneMgmt(backend.ZoneOpFinish, zoff)
+				case 2:
+					err = d.ZoneMgmt(backend.ZoneOpOpen, zoff)
+				case 3:
+					err = d.ZoneMgmt(backend.ZoneOpClose, zoff)
+				case 4:
+					err = d.Flush()
+				default:
+					_, err = d.Append(pattern(512*(1+rng.IntN(8)), byte(r)), zoff, 0)
+				}
+				if err == nil {
+					continue
+				}
+				ok := false
+				for _, a := range allowed {
+					ok = ok || errors.Is(err, a)
+				}
+				if !ok {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	checkAccounting(t, d)
+	c := d.Counters()
+	t.Logf("counters %+v", c)
+	if c.Resets == 0 || c.Finishes == 0 || c.AppendBytes == 0 || c.ImplicitCloses == 0 {
+		t.Fatalf("the workload missed a kind of action: %+v", c)
+	}
+	before, err := d.ReportZones(0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d2 := load(t, m.Clone())
+	after, _ := d2.ReportZones(0, 0)
+	checkAccounting(t, d2)
+	for i := range before {
+		b, a := before[i], after[i]
+		if a.WP != b.WP {
+			t.Errorf("zone %d: write pointer %d after reload, %d before", i, a.WP, b.WP)
+		}
+		if b.Cond.Open() && a.Cond != backend.ZoneClosed && a.Cond != backend.ZoneEmpty {
+			t.Errorf("zone %d: open zone reloads as %v", i, a.Cond)
+		}
+	}
 }
