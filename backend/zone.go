@@ -110,7 +110,10 @@ type ZoneGeometry struct {
 // Zoned is a Device cut into zones. Its WriteAt writes a conventional zone
 // anywhere and a sequential zone only at the write pointer; reads below a
 // write pointer return what was written, reads beyond it zeroes. Offsets
-// naming a zone are its start.
+// naming a zone are its start. Writes to one sequential zone must be
+// issued one after another by the caller (a second write sent before the
+// first completed may reach the zone first and be refused); Append needs
+// no order.
 type Zoned interface {
 	Device
 	Geometry() ZoneGeometry

@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/streamfs/streamfs/backend"
 )
 
 // ErrGeometry means a zone geometry is invalid or does not fit the image.
@@ -75,7 +77,7 @@ func (g Geometry) String() string {
 }
 
 // ParseGeometry reads a spec over the defaults: keys zone, cap, conv,
-// max_open, max_active, sector; sizes take K, M, G suffixes (powers of
+// max_open, max_active, sector; sizes take K, M, G, T suffixes (powers of
 // 1024). An empty spec is the default geometry.
 func ParseGeometry(spec string) (Geometry, error) {
 	g := DefaultGeometry()
@@ -92,9 +94,9 @@ func ParseGeometry(spec string) (Geometry, error) {
 		var err error
 		switch k {
 		case "zone":
-			g.ZoneSize, err = parseSize(v)
+			g.ZoneSize, err = backend.ParseSize(v)
 		case "cap":
-			g.ZoneCap, err = parseSize(v)
+			g.ZoneCap, err = backend.ParseSize(v)
 			capSet = true
 		case "conv":
 			g.Conv, err = strconv.Atoi(v)
@@ -118,24 +120,4 @@ func ParseGeometry(spec string) (Geometry, error) {
 		return Geometry{}, err
 	}
 	return g, nil
-}
-
-func parseSize(s string) (int64, error) {
-	mult := int64(1)
-	switch {
-	case strings.HasSuffix(s, "K"):
-		mult, s = 1<<10, strings.TrimSuffix(s, "K")
-	case strings.HasSuffix(s, "M"):
-		mult, s = 1<<20, strings.TrimSuffix(s, "M")
-	case strings.HasSuffix(s, "G"):
-		mult, s = 1<<30, strings.TrimSuffix(s, "G")
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return 0, err
-	}
-	if n < 0 || n > (1<<62)/mult {
-		return 0, errors.New("out of range")
-	}
-	return n * mult, nil
 }
