@@ -62,6 +62,7 @@ func Mount(f *FS, mountpoint string, o MountOptions) (*fuse.Server, error) {
 			fuse.CAP_DIRECT_IO_ALLOW_MMAP | fuse.CAP_EXPORT_SUPPORT | fuse.CAP_WRITEBACK_CACHE,
 	}
 	mo.Logger = f.fuseLogger()
+	f.aclMountOptions(&mo)
 	opts := &gofs.Options{
 		MountOptions:    mo,
 		AttrTimeout:     &timeout,
@@ -76,7 +77,7 @@ func Mount(f *FS, mountpoint string, o MountOptions) (*fuse.Server, error) {
 	}
 	root := NewRoot(f)
 	raw := syncWritesFS{RawFileSystem: countingFS{RawFileSystem: gofs.NewNodeFS(root, opts), c: &f.ops}, fs: f}
-	srv, err := fuse.NewServer(raw, mountpoint, &opts.MountOptions)
+	srv, err := fuse.NewServer(f.aclRaw(raw), mountpoint, &opts.MountOptions)
 	if err != nil {
 		return nil, fmt.Errorf("mounting FUSE at %s: %w", mountpoint, err)
 	}

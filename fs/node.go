@@ -337,13 +337,15 @@ func (n *Node) create(ctx context.Context, name string, ni meta.NewInode, out *f
 
 // Mkdir implements gofs.NodeMkdirer.
 func (n *Node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	ch, _, e := n.create(ctx, name, meta.NewInode{Mode: syscall.S_IFDIR | mode&0o7777}, out)
+	mode, umask := splitUmask(mode)
+	ch, _, e := n.create(ctx, name, meta.NewInode{Mode: syscall.S_IFDIR | mode&0o7777, Umask: umask}, out)
 	return ch, e
 }
 
 // Mknod implements gofs.NodeMknoder.
 func (n *Node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	ni := meta.NewInode{Mode: mode, Rdev: dev}
+	mode, umask := splitUmask(mode)
+	ni := meta.NewInode{Mode: mode, Rdev: dev, Umask: umask}
 	if mode&syscall.S_IFMT == syscall.S_IFREG {
 		ni.RuleStream = n.fs.Rules.Match(name)
 	}
@@ -368,7 +370,8 @@ func (n *Node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 
 // Create implements gofs.NodeCreater.
 func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
-	ch, in, e := n.create(ctx, name, meta.NewInode{Mode: syscall.S_IFREG | mode&0o7777, RuleStream: n.fs.Rules.Match(name)}, out)
+	mode, umask := splitUmask(mode)
+	ch, in, e := n.create(ctx, name, meta.NewInode{Mode: syscall.S_IFREG | mode&0o7777, Umask: umask, RuleStream: n.fs.Rules.Match(name)}, out)
 	if e != 0 {
 		return nil, nil, 0, e
 	}
@@ -436,44 +439,6 @@ func (n *Node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	out.Ffree = st.FilesFree
 	out.NameLen = st.NameLen
 	return 0
-}
-
-// Getxattr implements gofs.NodeGetxattrer.
-func (n *Node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
-	v, err := n.fs.Store.Getxattr(n.in, attr)
-	if err != nil {
-		return 0, errno(err)
-	}
-	if len(dest) < len(v) {
-		return uint32(len(v)), syscall.ERANGE
-	}
-	return uint32(copy(dest, v)), 0
-}
-
-// Setxattr implements gofs.NodeSetxattrer.
-func (n *Node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	return errno(n.fs.Store.Setxattr(n.in, attr, data, flags))
-}
-
-// Removexattr implements gofs.NodeRemovexattrer.
-func (n *Node) Removexattr(ctx context.Context, attr string) syscall.Errno {
-	return errno(n.fs.Store.Removexattr(n.in, attr))
-}
-
-// Listxattr implements gofs.NodeListxattrer.
-func (n *Node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
-	names, err := n.fs.Store.Listxattr(n.in)
-	if err != nil {
-		return 0, errno(err)
-	}
-	var b []byte
-	for _, name := range names {
-		b = append(append(b, name...), 0)
-	}
-	if len(dest) < len(b) {
-		return uint32(len(b)), syscall.ERANGE
-	}
-	return uint32(copy(dest, b)), 0
 }
 
 // cacheTimeout is how long the kernel may trust entries, attributes and

@@ -32,6 +32,7 @@ import (
 // mountOpts are the parsed -o options; the README has the table.
 type mountOpts struct {
 	ro, allowOther, debug, discard bool
+	acl                            bool // POSIX ACLs kept and enforced
 	placement                      alloc.Policy
 	cache                          bool
 	backend                        string
@@ -177,6 +178,8 @@ var mountOptions = []mountOption{
 			o.fileRules = o.fileRules.Append(set)
 			return nil
 		}},
+	{names: []string{"acl", "noacl"}, help: "POSIX ACLs, kept and enforced by the kernel; noacl answers EOPNOTSUPP for them, and ls -l asks nothing per file (noacl)",
+		set: func(o *mountOpts, name, _ string) error { o.acl = name == "acl"; return nil }},
 	{names: []string{"allow_other"}, help: "let other users access the mount",
 		set: func(o *mountOpts, _, _ string) error { o.allowOther = true; return nil }},
 	{names: []string{"debug"}, help: "log FUSE requests and placement decisions",
@@ -504,7 +507,7 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 	store, err := meta.Open(dev, meta.Options{
 		ReadOnly: o.ro, Discard: o.discard, Policy: o.placement, PlacementCache: o.cache,
 		CommitInterval: o.commit, CacheBytes: o.cacheBytes, Logger: log,
-		NoRecovery: o.noRecovery,
+		NoRecovery: o.noRecovery, ACL: o.acl,
 	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)

@@ -161,6 +161,9 @@ type NewInode struct {
 	// matched). It wins over the directory's stream; an explicit SET later
 	// wins over both.
 	RuleStream uint32
+	// Umask is the creator's umask, applied here with Options.ACL (a
+	// default ACL replaces it); without, the kernel has applied it.
+	Umask uint32
 }
 
 // newIno picks the number for a new inode: files live in their parent's
@@ -225,6 +228,10 @@ func (s *Store) Create(dir *Inode, name string, n NewInode) (*Inode, error) {
 	} else if ok {
 		return nil, syscall.EEXIST
 	}
+	acls, err := s.inheritACL(dir, &n)
+	if err != nil {
+		return nil, err
+	}
 	ino, err := s.newIno(dir, isDir)
 	if err != nil {
 		return nil, err
@@ -255,7 +262,11 @@ func (s *Store) Create(dir *Inode, name string, n NewInode) (*Inode, error) {
 	if isDir {
 		in.attr.Nlink = 2
 	}
-	tx, err := s.beginOp(2*opsInode+opsEntry+len(n.Target)/format.ChunkBytes+1, spaceGrow)
+	ops := 2*opsInode + opsEntry + len(n.Target)/format.ChunkBytes + 1
+	for _, v := range acls {
+		ops += s.valueOps(len(v))
+	}
+	tx, err := s.beginOp(ops, spaceGrow)
 	if err != nil {
 		return nil, err
 	}
@@ -275,6 +286,11 @@ func (s *Store) Create(dir *Inode, name string, n NewInode) (*Inode, error) {
 	}
 	dir.attr.Mtime, dir.attr.Ctime = t, t
 	tx.inode(&in.attr)
+	for _, k := range []string{XattrACLAccess, XattrACLDefault} {
+		if v, ok := acls[k]; ok {
+			tx.xattr(in.attr.Ino, k, v)
+		}
+	}
 	tx.link(dir.attr.Ino, in.attr.Ino, in.attr.Mode, name)
 	tx.inode(&dir.attr)
 	if err := tx.commit(); err != nil {
@@ -808,12 +824,29 @@ func (s *Store) Setattr(in *Inode, a SetAttr) error {
 		}
 		dropCaps = ok
 	}
+	// chmod rewrites the access ACL's owner, group-class and other entries.
+	var acc acl
+	if a.Mode != nil && s.opts.ACL {
+		v, ok, err := s.getXattr(in, XattrACLAccess)
+		if err != nil {
+			return err
+		}
+		if ok {
+			if acc, err = parseACL(v); err != nil {
+				return fmt.Errorf("inode %d: stored access ACL: %w", in.attr.Ino, format.ErrCorrupt)
+			}
+		}
+	}
 	if a.Size != nil {
 		if err := s.truncateLocked(in, *a.Size); err != nil {
 			return err
 		}
 	}
-	tx, err := s.beginOp(opsInode+opsXattr, spacePool)
+	ops := opsInode + opsXattr
+	if acc != nil {
+		ops += s.valueOps(len(acc) * aclEntrySize)
+	}
+	tx, err := s.beginOp(ops, spacePool)
 	if err != nil {
 		return err
 	}
@@ -821,6 +854,10 @@ func (s *Store) Setattr(in *Inode, a SetAttr) error {
 	t := now()
 	if a.Mode != nil {
 		in.attr.Mode = in.attr.Mode&syscall.S_IFMT | *a.Mode&0o7777
+		if acc != nil {
+			acc.chmod(in.attr.Mode)
+			tx.xattr(in.attr.Ino, XattrACLAccess, acc.encode())
+		}
 	}
 	if a.UID != nil {
 		in.attr.UID = *a.UID

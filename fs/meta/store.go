@@ -53,7 +53,10 @@ type Options struct {
 	CommitInterval time.Duration // periodic journal commit; 0: 5s
 	CacheBytes     int64         // metadata node cache; 0: DefaultCacheBytes
 	NoRecovery     bool          // read-only without replaying the journal (XFS's norecovery)
-	Logger         *zap.Logger
+	// ACL stores POSIX ACLs and keeps them and the mode in step (acl.go);
+	// without it the ACL names are not supported, as on ext4 with noacl.
+	ACL    bool
+	Logger *zap.Logger
 }
 
 // DefaultCacheBytes bounds the metadata node cache unless told otherwise.

@@ -10,18 +10,24 @@ import (
 	"github.com/streamfs/streamfs/fs/format"
 )
 
-// Xattr flags (setxattr(2)).
+// Xattr flags (setxattr(2)), and XattrKillSGID: an ACL set by a caller
+// the kernel found outside the file's group and without CAP_FSETID, which
+// clears the set-group-ID bit (as posix_acl_update_mode).
 const (
-	XattrCreate  = 1
-	XattrReplace = 2
+	XattrCreate   = 1
+	XattrReplace  = 2
+	XattrKillSGID = 1 << 16
 )
 
 // maxXattrTotal bounds one inode's xattrs (names and values).
 const maxXattrTotal = 256 << 10
 
-// xattrNamespaceOK accepts the namespaces streamfs stores. system.* (POSIX
-// ACLs) is not supported.
-func xattrNamespaceOK(name string) bool {
+// xattrNamespaceOK accepts the namespaces streamfs stores, and of system.*
+// the two POSIX ACLs when the mount keeps ACLs (acl.go).
+func (s *Store) xattrNamespaceOK(name string) bool {
+	if IsACLName(name) {
+		return s.opts.ACL
+	}
 	for _, p := range []string{"user.", "trusted.", "security."} {
 		if strings.HasPrefix(name, p) && len(name) > len(p) {
 			return true
@@ -63,6 +69,9 @@ func (s *Store) listXattrs(in *Inode) (names []string, total int, err error) {
 
 // Getxattr returns the value of name.
 func (s *Store) Getxattr(in *Inode, name string) ([]byte, error) {
+	if IsACLName(name) && !s.opts.ACL {
+		return nil, syscall.EOPNOTSUPP
+	}
 	in.mu.RLock()
 	defer in.mu.RUnlock()
 	v, ok, err := s.getXattr(in, name)
@@ -80,6 +89,16 @@ func (s *Store) Listxattr(in *Inode) ([]string, error) {
 	in.mu.RLock()
 	defer in.mu.RUnlock()
 	names, _, err := s.listXattrs(in)
+	if !s.opts.ACL {
+		// ACLs stored by a mount with -o acl are not this mount's to show.
+		kept := names[:0]
+		for _, n := range names {
+			if !IsACLName(n) {
+				kept = append(kept, n)
+			}
+		}
+		names = kept
+	}
 	return names, err
 }
 
@@ -88,7 +107,7 @@ func (s *Store) Setxattr(in *Inode, name string, value []byte, flags uint32) err
 	if err := s.writable(); err != nil {
 		return err
 	}
-	if !xattrNamespaceOK(name) {
+	if !s.xattrNamespaceOK(name) {
 		return syscall.EOPNOTSUPP
 	}
 	if len(name) > format.MaxXattrName {
@@ -112,6 +131,33 @@ func (s *Store) Setxattr(in *Inode, name string, value []byte, flags uint32) err
 	if flags&XattrReplace != 0 && !exists {
 		return syscall.ENODATA
 	}
+	mode, store := in.attr.Mode, true
+	if IsACLName(name) {
+		if mode, store, err = aclXattrSet(in, name, value); err != nil {
+			return err
+		}
+		if flags&XattrKillSGID != 0 {
+			mode &^= syscall.S_ISGID
+		}
+	}
+	if !store {
+		// An access ACL the mode says all of: the mode, and no ACL.
+		ops := opsInode
+		if exists {
+			ops += s.valueOps(len(old))
+		}
+		tx, err := s.beginOp(ops, spacePool)
+		if err != nil {
+			return err
+		}
+		defer tx.end()
+		in.attr.Mode, in.attr.Ctime = mode, now()
+		if exists {
+			tx.xattrDel(in.attr.Ino, name)
+		}
+		tx.inode(&in.attr)
+		return tx.commit()
+	}
 	_, total, err := s.listXattrs(in)
 	if err != nil {
 		return err
@@ -127,7 +173,7 @@ func (s *Store) Setxattr(in *Inode, name string, value []byte, flags uint32) err
 		return err
 	}
 	defer tx.end()
-	in.attr.Ctime = now()
+	in.attr.Mode, in.attr.Ctime = mode, now()
 	tx.xattr(in.attr.Ino, name, value)
 	tx.inode(&in.attr)
 	return tx.commit()
@@ -138,7 +184,7 @@ func (s *Store) Removexattr(in *Inode, name string) error {
 	if err := s.writable(); err != nil {
 		return err
 	}
-	if !xattrNamespaceOK(name) {
+	if !s.xattrNamespaceOK(name) {
 		return syscall.EOPNOTSUPP
 	}
 	in.mu.Lock()
