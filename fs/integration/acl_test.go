@@ -75,6 +75,10 @@ func TestXattrNoACL(t *testing.T) {
 	if d["GETXATTR"] > 4 {
 		t.Errorf("%d GETXATTR for ls -l of %d files, want a few per run: %v", d["GETXATTR"], n, d)
 	}
+	// READDIRPLUS brought every attribute: nothing else per file either.
+	if d["LOOKUP"]+d["GETATTR"] > 10 {
+		t.Errorf("ls -l of %d files: %d LOOKUP and %d GETATTR: %v", n, d["LOOKUP"], d["GETATTR"], d)
+	}
 
 	p := m.path("d", "f00001")
 	for _, name := range []string{"system.posix_acl_access", "system.posix_acl_default", "security.selinux"} {

@@ -41,12 +41,7 @@ func TestKillPriv(t *testing.T) {
 	requireEnv(t)
 	img := mkfs(t, "1G")
 	m := mountImage(t, img, "allow_other")
-	// nobody must reach the mount point.
-	for p := m.dir; p != "/" && p != os.TempDir(); p = filepath.Dir(p) {
-		if err := os.Chmod(p, 0o755); err != nil && !errors.Is(err, os.ErrPermission) {
-			t.Fatal(err)
-		}
-	}
+	openToOthers(t, m) // nobody must reach the mount point
 	shared := m.path("shared")
 	if err := os.Mkdir(shared, 0o777); err != nil {
 		t.Fatal(err)
