@@ -160,6 +160,23 @@ func TestACL(t *testing.T) {
 		t.Errorf("access ACL kept after setfacl -b:\n%s", o)
 	}
 
+	// An ACL set by its owner outside the file's group clears set-group-ID
+	// (the kernel's flag in the extended SETXATTR).
+	sg := m.path("sgid")
+	writeFile(t, sg, nil, 0o644)
+	if err := os.Chown(sg, nobody, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(sg, 0o2775); err != nil {
+		t.Fatal(err)
+	}
+	if !nobodyCan(t, "setfacl -m u:daemon:r "+sg) {
+		t.Fatal("the owner cannot set an ACL")
+	}
+	if got := lstatT(t, sg).Mode & 0o7777; got != 0o775 {
+		t.Errorf("setfacl by the owner outside the group: mode %o, want 775", got)
+	}
+
 	// Default ACLs: a new file takes them instead of the umask; a new
 	// directory takes them and passes them on.
 	dir := m.path("shared")
