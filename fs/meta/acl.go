@@ -2,7 +2,10 @@ package meta
 
 import (
 	"encoding/binary"
+	"fmt"
 	"syscall"
+
+	"github.com/streamfs/streamfs/fs/format"
 )
 
 // POSIX ACLs, stored as the xattrs the kernel reads them from
@@ -154,7 +157,7 @@ func (s *Store) inheritACL(dir *Inode, n *NewInode) (map[string][]byte, error) {
 	}
 	def, err := parseACL(v)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("directory %d: stored default ACL: %w", dir.attr.Ino, format.ErrCorrupt)
 	}
 	out := map[string][]byte{}
 	if n.Mode&syscall.S_IFMT == syscall.S_IFDIR {
