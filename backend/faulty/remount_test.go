@@ -11,6 +11,7 @@ import (
 	"github.com/streamfs/streamfs/backend/faulty"
 	"github.com/streamfs/streamfs/fs/format"
 	"github.com/streamfs/streamfs/fs/meta"
+	"github.com/streamfs/streamfs/fs/meta/fsck"
 )
 
 // TestRemountCutImages is the use CutImage is for: one running filesystem,
@@ -92,7 +93,7 @@ func checkImage(t *testing.T, img *faulty.Mem, upTo int, content func(int) []byt
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := meta.Fsck(img, meta.FsckOptions{})
+	rep, err := meta.Fsck(img, fsck.Options{})
 	if err != nil {
 		t.Fatalf("image %d: fsck: %v", upTo, err)
 	}

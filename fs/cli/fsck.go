@@ -8,6 +8,7 @@ import (
 
 	"github.com/streamfs/streamfs/backend"
 	"github.com/streamfs/streamfs/fs/meta"
+	"github.com/streamfs/streamfs/fs/meta/fsck"
 )
 
 // fsckFlags defines fsck's flags.
@@ -32,19 +33,19 @@ func Fsck(args []string, stdout, stderr io.Writer) int {
 	f, no, yes, kind := fsckFlags(stderr)
 	pos, err := parseFlags(f, args)
 	if err != nil {
-		return meta.FsckUsage
+		return fsck.Usage
 	}
 	if len(pos) != 1 || (*no && *yes) {
 		fmt.Fprintln(stderr, usageLine("fsck"))
 		if *no && *yes {
 			fmt.Fprintln(stderr, "streamfs fsck: -n and -y exclude each other")
 		}
-		return meta.FsckUsage
+		return fsck.Usage
 	}
 	path := pos[0]
 	if isDir(path) {
 		fmt.Fprintf(stderr, "streamfs fsck: %s is a directory; give the device or image file\n", path)
-		return meta.FsckOperational
+		return fsck.Operational
 	}
 	if mounted, _ := backend.IsMounted(path); mounted {
 		if live, dead := streamfsMounts(path); len(live) == 0 && len(dead) > 0 {
@@ -53,7 +54,7 @@ func Fsck(args []string, stdout, stderr io.Writer) int {
 		} else {
 			fmt.Fprintf(stderr, "streamfs fsck: %s is mounted; unmount it first\n", path)
 		}
-		return meta.FsckOperational
+		return fsck.Operational
 	}
 	// The device's exclusive lock keeps a streamfs daemon out (ErrBusy).
 	dev, err := openWaiting(path, backend.OpenOptions{ReadOnly: !*yes, Kind: *kind}, stderr, "fsck")
@@ -63,13 +64,13 @@ func Fsck(args []string, stdout, stderr io.Writer) int {
 		} else {
 			fmt.Fprintf(stderr, "streamfs fsck: %v\n", err)
 		}
-		return meta.FsckOperational
+		return fsck.Operational
 	}
 	defer dev.Close()
-	rep, err := meta.Fsck(dev, meta.FsckOptions{Repair: *yes})
+	rep, err := meta.Fsck(dev, fsck.Options{Repair: *yes})
 	if err != nil {
 		fmt.Fprintf(stderr, "streamfs fsck: %s: %v\n", path, err)
-		return meta.FsckOperational
+		return fsck.Operational
 	}
 	for _, p := range rep.Problems {
 		fmt.Fprintf(stdout, "%s: %s\n", path, p)
@@ -81,9 +82,9 @@ func Fsck(args []string, stdout, stderr io.Writer) int {
 		path, rep.Checkpoint, rep.ReplayedCommits, rep.Inodes, rep.Dirs, rep.Files, rep.UsedBlocks, rep.FreeBlocks)
 	code := rep.ExitCode()
 	switch code {
-	case meta.FsckClean:
+	case fsck.Clean:
 		fmt.Fprintf(stdout, "%s: clean\n", path)
-	case meta.FsckCorrected:
+	case fsck.Corrected:
 		fmt.Fprintf(stdout, "%s: %d errors corrected; filesystem modified\n", path, rep.Fixed)
 	default:
 		left := len(rep.Problems) - rep.Fixed

@@ -45,6 +45,7 @@ import (
 	"github.com/streamfs/streamfs/backend/faulty"
 	"github.com/streamfs/streamfs/fs/format"
 	"github.com/streamfs/streamfs/fs/meta"
+	"github.com/streamfs/streamfs/fs/meta/fsck"
 )
 
 const (
@@ -384,7 +385,7 @@ func (c *checker) checkImage(res *recording, img *faulty.Mem, w window) []proble
 	c.images++
 	if c.fsckEvery <= 1 || c.images%c.fsckEvery == 0 {
 		c.fscked++
-		rep, err := meta.Fsck(img, meta.FsckOptions{})
+		rep, err := meta.Fsck(img, fsck.Options{})
 		if err != nil {
 			out = append(out, problem{"fsck", fmt.Sprintf("fsck -n of the crash image: %v", err)})
 		} else if len(rep.Problems) > 0 {
@@ -406,7 +407,7 @@ func (c *checker) checkImage(res *recording, img *faulty.Mem, w window) []proble
 	if err := s.Close(); err != nil {
 		return append(out, problem{"unmount", fmt.Sprintf("unmount after recovery: %v", err)})
 	}
-	rep, err := meta.Fsck(img, meta.FsckOptions{})
+	rep, err := meta.Fsck(img, fsck.Options{})
 	if err != nil {
 		out = append(out, problem{"fsck-recovered", fmt.Sprintf("fsck -n after recovery: %v", err)})
 	} else if len(rep.Problems) > 0 || rep.Orphans > 0 {

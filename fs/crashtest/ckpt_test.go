@@ -7,6 +7,7 @@ import (
 
 	"github.com/streamfs/streamfs/backend/faulty"
 	"github.com/streamfs/streamfs/fs/meta"
+	"github.com/streamfs/streamfs/fs/meta/fsck"
 )
 
 // TestCrashCheckpointHeaderOnly is the smallest case of a crash state the
@@ -54,7 +55,7 @@ func TestCrashCheckpointHeaderOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := meta.Fsck(img, meta.FsckOptions{})
+	rep, err := meta.Fsck(img, fsck.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,6 +53,7 @@ const (
 	kindAGHeader = 0x01
 	kindOrphan   = 0x02
 	kindStream   = 0x03
+	kindRotor    = 0x04
 
 	KindInode  = 0x01
 	KindTarget = 0x02
@@ -82,6 +83,9 @@ func StreamCountKey(id uint32, src uint8) []byte {
 
 // StreamCountPrefix starts the stream counts.
 func StreamCountPrefix() []byte { return []byte{KeyAG, kindStream} }
+
+// RotorKey is the key of the directory rotor (AG 0's tree only).
+func RotorKey() []byte { return []byte{KeyAG, kindRotor} }
 
 // OrphanPrefix starts the orphan keys.
 func OrphanPrefix() []byte { return []byte{KeyAG, kindOrphan} }

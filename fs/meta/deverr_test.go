@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/streamfs/streamfs/backend/faulty"
+	"github.com/streamfs/streamfs/fs/meta/fsck"
 )
 
 func mustCreate(t *testing.T, s *Store, dir *Inode, name string) *Inode {
@@ -32,9 +33,9 @@ func mustWrite(t *testing.T, s *Store, in *Inode, p []byte, off int64) {
 	}
 }
 
-func mustFsck(t *testing.T, dev *faulty.Device, orphansOK bool) *FsckReport {
+func mustFsck(t *testing.T, dev *faulty.Device, orphansOK bool) *fsck.Report {
 	t.Helper()
-	rep, err := Fsck(dev, FsckOptions{})
+	rep, err := Fsck(dev, fsck.Options{})
 	if err != nil {
 		t.Fatalf("fsck: %v", err)
 	}

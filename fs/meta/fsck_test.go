@@ -14,6 +14,7 @@ import (
 	"github.com/streamfs/streamfs/backend"
 	"github.com/streamfs/streamfs/backend/faulty"
 	"github.com/streamfs/streamfs/fs/format"
+	"github.com/streamfs/streamfs/fs/meta/fsck"
 	"github.com/streamfs/streamfs/fs/meta/wal"
 )
 
@@ -126,11 +127,11 @@ func copyFile(t *testing.T, src string) string {
 	return dst
 }
 
-func fsckRun(t *testing.T, path string, repair bool) *FsckReport {
+func fsckRun(t *testing.T, path string, repair bool) *fsck.Report {
 	t.Helper()
 	fd := openImage(t, path)
 	defer fd.Close()
-	rep, err := Fsck(fd, FsckOptions{Repair: repair})
+	rep, err := Fsck(fd, fsck.Options{Repair: repair})
 	if err != nil {
 		t.Fatalf("fsck: %v", err)
 	}
@@ -169,11 +170,11 @@ func imageLayout(t *testing.T, path string) (*format.Super, []uint64, map[string
 func fsckRepairCycle(t *testing.T, p, want string) {
 	t.Helper()
 	rep := fsckRun(t, p, false)
-	if rep.ExitCode() != FsckUncorrected || !strings.Contains(strings.Join(rep.Problems, "\n"), want) {
-		t.Fatalf("fsck -n: exit %d, want %d and a problem with %q: %q", rep.ExitCode(), FsckUncorrected, want, rep.Problems)
+	if rep.ExitCode() != fsck.Uncorrected || !strings.Contains(strings.Join(rep.Problems, "\n"), want) {
+		t.Fatalf("fsck -n: exit %d, want %d and a problem with %q: %q", rep.ExitCode(), fsck.Uncorrected, want, rep.Problems)
 	}
 	rep = fsckRun(t, p, true)
-	if rep.ExitCode() != FsckCorrected || !rep.Wrote {
+	if rep.ExitCode() != fsck.Corrected || !rep.Wrote {
 		t.Fatalf("fsck -y: exit %d (wrote %v): %q", rep.ExitCode(), rep.Wrote, rep.Problems)
 	}
 	if rep = fsckRun(t, p, false); len(rep.Problems) != 0 {
@@ -226,8 +227,8 @@ func TestFsckReportsDamagedStructures(t *testing.T) {
 			if len(rep.Problems) == 0 {
 				t.Fatalf("fsck says clean after damage to %s", name)
 			}
-			if rep.ExitCode() != FsckUncorrected {
-				t.Fatalf("exit %d, want %d: %v", rep.ExitCode(), FsckUncorrected, rep.Problems)
+			if rep.ExitCode() != fsck.Uncorrected {
+				t.Fatalf("exit %d, want %d: %v", rep.ExitCode(), fsck.Uncorrected, rep.Problems)
 			}
 			fd := openImage(t, p)
 			defer fd.Close()
@@ -438,12 +439,12 @@ func TestFsckRebuildsDamagedTrees(t *testing.T) {
 		t.Run("node_"+itoa(blk), func(t *testing.T) {
 			p := copyFile(t, base)
 			corruptAt(t, p, int64(blk)*bs+bs/2, []byte{0x5a, 0xa5})
-			if rep := fsckRun(t, p, false); rep.ExitCode() != FsckUncorrected {
+			if rep := fsckRun(t, p, false); rep.ExitCode() != fsck.Uncorrected {
 				t.Fatalf("fsck -n: exit %d: %q", rep.ExitCode(), rep.Problems)
 			}
 			rep := fsckRun(t, p, true)
 			t.Logf("fsck -y: %q", rep.Problems)
-			if rep.ExitCode() != FsckCorrected || !rep.Wrote {
+			if rep.ExitCode() != fsck.Corrected || !rep.Wrote {
 				t.Fatalf("fsck -y: exit %d (wrote %v): %q", rep.ExitCode(), rep.Wrote, rep.Problems)
 			}
 			if rep := fsckRun(t, p, false); len(rep.Problems) != 0 {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/streamfs/streamfs/fs/format"
+	"github.com/streamfs/streamfs/fs/meta/fsck"
 )
 
 // freeOverTopFile damages the image at base so that the free-space records
@@ -113,7 +114,7 @@ func TestFsckRepairAllocatesNoFileBlocks(t *testing.T) {
 
 	rep := fsckRun(t, p, true)
 	t.Logf("fsck -y: %q", rep.Problems)
-	if rep.ExitCode() != FsckCorrected || !rep.Wrote {
+	if rep.ExitCode() != fsck.Corrected || !rep.Wrote {
 		t.Errorf("fsck -y: exit %d (wrote %v): %q", rep.ExitCode(), rep.Wrote, rep.Problems)
 	}
 	if rep := fsckRun(t, p, false); len(rep.Problems) != 0 {
@@ -152,8 +153,8 @@ func TestFsckUnfixableWritesNothing(t *testing.T) {
 	}
 	rep := fsckRun(t, p, true)
 	t.Logf("fsck -y: %q", rep.Problems)
-	if rep.ExitCode() != FsckUncorrected || rep.Wrote {
-		t.Errorf("fsck -y with a cross-linked block: exit %d, wrote %v; want %d and nothing written", rep.ExitCode(), rep.Wrote, FsckUncorrected)
+	if rep.ExitCode() != fsck.Uncorrected || rep.Wrote {
+		t.Errorf("fsck -y with a cross-linked block: exit %d, wrote %v; want %d and nothing written", rep.ExitCode(), rep.Wrote, fsck.Uncorrected)
 	}
 	after, err := os.ReadFile(p)
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"syscall"
 	"testing"
+
+	"github.com/streamfs/streamfs/fs/meta/fsck"
 )
 
 // The sequence of scripts/bench/meta.sh at a small N, at the meta layer,
@@ -14,7 +16,7 @@ func TestCloseLeavesNoLeak(t *testing.T) {
 	dev := newPlainImage(t, "", 32<<30, 4)
 	fsck := func(when string) {
 		t.Helper()
-		rep, err := Fsck(dev, FsckOptions{})
+		rep, err := Fsck(dev, fsck.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

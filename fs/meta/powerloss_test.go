@@ -52,6 +52,7 @@ import (
 	"github.com/streamfs/streamfs/backend"
 	"github.com/streamfs/streamfs/backend/faulty"
 	"github.com/streamfs/streamfs/fs/format"
+	"github.com/streamfs/streamfs/fs/meta/fsck"
 )
 
 // cutDev cuts the power of a faulty device at a chosen device operation
@@ -891,7 +892,7 @@ func TestPowerLoss(t *testing.T) {
 		r.s.Close() // a crashed process: nothing reaches the device any more
 		fd.Revive()
 
-		rep, err := Fsck(dev, FsckOptions{})
+		rep, err := Fsck(dev, fsck.Options{})
 		if err != nil {
 			t.Fatalf("round %d: fsck: %v", round, err)
 		}
@@ -928,7 +929,7 @@ func TestPowerLoss(t *testing.T) {
 	if err := r.s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := Fsck(fd, FsckOptions{})
+	rep, err := Fsck(fd, fsck.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/streamfs/streamfs/alloc"
+	"github.com/streamfs/streamfs/fs/meta/fsck"
 )
 
 // REVIEW: checkpointLocked tests j.failed before it takes opLock; an
@@ -89,7 +90,7 @@ func TestReviewCheckpointAfterShutdown(t *testing.T) {
 		s.j.Failed(), cerr, seq0, s.j.CheckpointSeq(), after-before)
 	s.Close()
 
-	rep, err := Fsck(fd, FsckOptions{})
+	rep, err := Fsck(fd, fsck.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

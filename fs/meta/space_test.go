@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"syscall"
 	"testing"
+
+	"github.com/streamfs/streamfs/fs/meta/fsck"
 )
 
 // fillDevice writes one file until the allocator refuses, then commits and
@@ -162,11 +164,11 @@ func TestFsckRepairOnFullDevice(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := Fsck(fd, FsckOptions{Repair: true})
+	rep, err := Fsck(fd, fsck.Options{Repair: true})
 	if err != nil {
 		t.Fatalf("fsck -y on a full device (%d blocks free): %v", free, err)
 	}
-	if rep.ExitCode() != FsckCorrected {
+	if rep.ExitCode() != fsck.Corrected {
 		t.Fatalf("fsck -y on a full device (%d blocks free): exit %d: %v", free, rep.ExitCode(), rep.Problems)
 	}
 	if rep := mustFsck(t, fd, false); len(rep.Problems) != 0 {

@@ -40,6 +40,7 @@ import (
 	"github.com/streamfs/streamfs/alloc"
 	"github.com/streamfs/streamfs/backend"
 	"github.com/streamfs/streamfs/fs/format"
+	"github.com/streamfs/streamfs/fs/meta/fsck"
 	"github.com/streamfs/streamfs/fs/meta/tree"
 	"github.com/streamfs/streamfs/fs/meta/wal"
 )
@@ -115,35 +116,17 @@ type Store struct {
 	stopWG sync.WaitGroup
 
 	// check is fsck taking part in the load of an image that may be
-	// damaged; nil for a mount.
-	check checker
+	// damaged (package fsck; fsckhost.go); nil for a mount.
+	check fsck.Loader
 }
 
-// checker is how fsck takes part in loading an image (fsck.go): damage a
-// mount fails on is reported to it instead, and it reserves the blocks in
-// use before replay allocates. With a checker the allocator also skips
-// free-space records that are malformed, out of order or outside their
-// AG's data area (their blocks count as used); fsck reports them and -y
-// rebuilds the records.
-type checker interface {
-	// badCommit hears of a checksum-valid journal commit whose records
-	// do not decode; replay then ends before it instead of failing.
-	badCommit(err error)
-	// badAGHeader hears of a missing or malformed AG header; the AG's
-	// counters then start from zero and fsck recounts them.
-	badAGHeader(ag int, err error)
-	// beforeReplay runs once the trees and the allocator are open,
-	// before the journal is replayed (replay allocates tree nodes).
-	beforeReplay()
-}
-
-// badCommitHook is the replay's handler of undecodable commits: the
-// checker's, or none (fail).
+// badCommitHook is the replay's handler of undecodable commits: fsck's,
+// or none (fail).
 func (s *Store) badCommitHook() func(error) {
 	if s.check == nil {
 		return nil
 	}
-	return s.check.badCommit
+	return s.check.BadCommit
 }
 
 type storeStats struct {
@@ -385,7 +368,7 @@ func (s *Store) load(recover bool) (h *format.CkptHeader, commits, records int, 
 		return nil, 0, 0, err
 	}
 	if s.check != nil {
-		s.check.beforeReplay()
+		s.check.BeforeReplay()
 	}
 	if !recover {
 		s.log.Warn("norecovery: the journal is not replayed; changes committed after the last checkpoint are not visible",

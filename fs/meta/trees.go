@@ -353,7 +353,7 @@ func (s *Store) loadAGs() error {
 			if s.check == nil {
 				return err
 			}
-			s.check.badAGHeader(ag, err)
+			s.check.BadAGHeader(ag, err)
 			h = &format.AGHeader{}
 		}
 		s.agNext[ag].Store(h.NextAgino)
@@ -384,7 +384,7 @@ func (s *Store) loadAGs() error {
 }
 
 // rotorKey keeps the next directory AG in AG 0's tree (an AG-area key).
-var rotorKey = []byte{format.KeyAG, 0x04}
+var rotorKey = format.RotorKey()
 
 // storeAGs writes changed AG headers into the trees. opLock held exclusively.
 func (s *Store) storeAGs() error {

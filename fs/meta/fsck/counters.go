@@ -1,8 +1,9 @@
-package meta
+package fsck
 
 import (
 	"bytes"
 	"cmp"
+	"encoding/binary"
 	"math"
 	"slices"
 
@@ -16,8 +17,8 @@ import (
 type agCount struct {
 	inodes   int64
 	next     uint64              // above every agino in use (0: none)
-	streams  map[streamKey]int64 // inodes with a stream, counted
-	stored   map[streamKey]int64 // the stream counts the tree holds
+	streams  map[StreamKey]int64 // inodes with a stream, counted
+	stored   map[StreamKey]int64 // the stream counts the tree holds
 	bad      []badKey            // malformed or unknown keys
 	rotor    []byte
 	hasRotor bool
@@ -32,14 +33,14 @@ type badKey struct {
 // inode counts an inode record.
 func (c *agCount) inode(a *format.InodeRec) {
 	c.inodes++
-	if a.Ino > RootIno {
+	if a.Ino > rootIno {
 		c.next = max(c.next, uint64(alloc.InoAGino(a.Ino))+1)
 	}
 	if a.Stream != 0 {
 		if c.streams == nil {
-			c.streams = map[streamKey]int64{}
+			c.streams = map[StreamKey]int64{}
 		}
-		c.streams[streamKey{a.Stream, a.StreamSrc}]++
+		c.streams[StreamKey{a.Stream, a.StreamSrc}]++
 	}
 }
 
@@ -54,10 +55,10 @@ func (c *agCount) agKey(ag int, k, v []byte) {
 			return
 		}
 		if c.stored == nil {
-			c.stored = map[streamKey]int64{}
+			c.stored = map[StreamKey]int64{}
 		}
-		c.stored[streamKey{be32(k[2:]), k[6]}] = int64(le64(v))
-	case ag == 0 && bytes.Equal(k, rotorKey):
+		c.stored[StreamKey{binary.BigEndian.Uint32(k[2:]), k[6]}] = int64(le64(v))
+	case ag == 0 && bytes.Equal(k, format.RotorKey()):
 		c.rotor, c.hasRotor = bytes.Clone(v), true
 	default:
 		c.unknownKey(k)
@@ -74,11 +75,10 @@ func (c *agCount) unknownKey(k []byte) {
 // trees hold. -y sets them to the counts, and the repaired checkpoint
 // writes them; keys that are malformed or unknown are deleted.
 func (f *fsck) checkCounters(counts []agCount) {
-	s := f.s
+	img := f.img
 	fixed := false
 	for ag := range counts {
 		c := &counts[ag]
-		st := &s.ags[ag]
 		// A header the load could not decode is reported already: its
 		// counters started from zero, so only the repair is left to do.
 		quiet := slices.Contains(f.badHeader, ag)
@@ -91,34 +91,26 @@ func (f *fsck) checkCounters(counts []agCount) {
 		if quiet && f.repair {
 			fixed = true
 		}
-		st.mu.Lock()
-		inodes := st.inodes
-		mem := make(map[streamKey]int64, len(st.streams))
-		for k, n := range st.streams {
-			mem[k] = n
-		}
-		st.mu.Unlock()
+		inodes, mem := img.AGCounters(ag)
 		if inodes != c.inodes && mismatch("AG %d header: %d inodes, the tree holds %d", ag, inodes, c.inodes) {
-			st.mu.Lock()
-			st.inodes, st.dirty = c.inodes, true
-			st.mu.Unlock()
+			img.SetAGInodes(ag, c.inodes)
 			fixed = true
 		}
-		if next := s.agNext[ag].Load(); uint64(next) < c.next &&
+		if next := img.NextAgino(ag); uint64(next) < c.next &&
 			mismatch("AG %d header: next inode number %d, but number %d is in use", ag, next, c.next-1) {
-			s.agNext[ag].Store(uint32(min(c.next, math.MaxUint32)))
+			img.SetNextAgino(ag, uint32(min(c.next, math.MaxUint32)))
 			fixed = true
 		}
 		// Every stream key the memory, the tree or the count knows.
-		var keys []streamKey
-		for _, m := range []map[streamKey]int64{mem, c.streams, c.stored} {
+		var keys []StreamKey
+		for _, m := range []map[StreamKey]int64{mem, c.streams, c.stored} {
 			for k := range m {
 				if !slices.Contains(keys, k) {
 					keys = append(keys, k)
 				}
 			}
 		}
-		slices.SortFunc(keys, func(a, b streamKey) int { return cmp.Or(cmp.Compare(a.id, b.id), cmp.Compare(a.src, b.src)) })
+		slices.SortFunc(keys, func(a, b StreamKey) int { return cmp.Or(cmp.Compare(a.ID, b.ID), cmp.Compare(a.Src, b.Src)) })
 		streamsBad := false
 		for _, k := range keys {
 			have, ok := mem[k]
@@ -126,23 +118,21 @@ func (f *fsck) checkCounters(counts []agCount) {
 				have = c.stored[k] // the load stopped before it
 			}
 			if have != c.streams[k] && mismatch("AG %d: %d inodes recorded for stream %d (source %d), the tree holds %d",
-				ag, have, k.id, k.src, c.streams[k]) {
+				ag, have, k.ID, k.Src, c.streams[k]) {
 				streamsBad = true
 			}
 		}
 		if streamsBad || (quiet && f.repair) {
-			m := make(map[streamKey]int64, len(keys))
+			m := make(map[StreamKey]int64, len(keys))
 			for _, k := range keys {
 				m[k] = c.streams[k] // a zero deletes the key
 			}
-			st.mu.Lock()
-			st.streams, st.dirty = m, true
-			st.mu.Unlock()
+			img.SetAGStreams(ag, m)
 			fixed = true
 		}
 		for _, b := range c.bad {
 			if f.problem(true, "AG %d: %s % x: deleted", ag, b.why, b.k) {
-				if _, err := s.trees[ag].Delete(b.k); err != nil {
+				if _, err := img.Trees()[ag].Delete(b.k); err != nil {
 					f.problem(false, "AG %d: deleting key % x: %v", ag, b.k, err)
 					continue
 				}
@@ -159,13 +149,15 @@ func (f *fsck) checkCounters(counts []agCount) {
 		bad = "missing"
 	case len(c.rotor) != 4:
 		bad = "malformed"
-	case le32(c.rotor) >= s.sb.AGCount:
+	case binary.LittleEndian.Uint32(c.rotor) >= img.Super().AGCount:
 		bad = "beyond the last AG"
 	}
-	if bad != "" && f.problem(true, "directory rotor %s: reset to AG %d", bad, s.rotor.Load()) {
+	if bad != "" && f.problem(true, "directory rotor %s: reset to AG %d", bad, img.Rotor()) {
 		fixed = true
 	}
 	if fixed {
 		f.fixes++
 	}
 }
+
+func le64(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }

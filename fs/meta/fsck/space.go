@@ -1,11 +1,11 @@
-package meta
+package fsck
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"sort"
 
-	"github.com/streamfs/streamfs/alloc"
 	"github.com/streamfs/streamfs/fs/format"
 	"github.com/streamfs/streamfs/fs/meta/tree"
 )
@@ -22,9 +22,9 @@ const freeSpace = "free space"
 // from the inodes' extent maps. Blocks claimed by two users (two files, a
 // file and a tree node) are reported: which one is right is not known.
 func (f *fsck) checkSpace(owners []owner, freeBad bool) {
-	s := f.s
+	sb := f.img.Super()
 	sort.SliceStable(owners, func(i, j int) bool { return owners[i].start < owners[j].start })
-	cursor := s.sb.MetaEnd()
+	cursor := sb.MetaEnd()
 	prev := owner{0, cursor, "the metadata area"} // the owner reaching furthest so far
 	for _, o := range owners {
 		switch {
@@ -47,10 +47,10 @@ func (f *fsck) checkSpace(owners []owner, freeBad bool) {
 		}
 	}
 	switch {
-	case cursor < s.sb.BackupBlock:
+	case cursor < sb.BackupBlock:
 		freeBad = true
-		f.problem(true, "blocks %d..%d are neither free nor in use (leaked): made free", cursor, s.sb.BackupBlock-1)
-	case cursor > s.sb.BackupBlock && prev.what == freeSpace:
+		f.problem(true, "blocks %d..%d are neither free nor in use (leaked): made free", cursor, sb.BackupBlock-1)
+	case cursor > sb.BackupBlock && prev.what == freeSpace:
 		freeBad = true
 		f.problem(true, "free extent %d+%d reaches beyond the data area: free space rebuilt", prev.start, prev.n)
 	}
@@ -79,13 +79,13 @@ func (f *fsck) checkSpace(owners []owner, freeBad bool) {
 // checkpoint on the device still references) stay withheld until the
 // repaired checkpoint is durable, as after any checkpoint.
 func (f *fsck) rebuildFree(used []owner) error {
-	s := f.s
+	sb := f.img.Super()
 	for _, o := range used {
 		f.withhold(o.start, o.n)
 	}
-	for ag, t := range s.trees {
-		lo := max(uint64(ag)*s.sb.AGBlocks, s.sb.MetaEnd())
-		hi := min(uint64(ag+1)*s.sb.AGBlocks, s.sb.BackupBlock)
+	for ag, t := range f.img.Trees() {
+		lo := max(uint64(ag)*sb.AGBlocks, sb.MetaEnd())
+		hi := min(uint64(ag+1)*sb.AGBlocks, sb.BackupBlock)
 		var free []owner
 		cursor := lo
 		for _, o := range used {
@@ -141,8 +141,7 @@ func (f *fsck) rebuildFree(used []owner) error {
 // over the file's data. Extents outside the data area are left to the
 // checks (withhold ignores them).
 func (f *fsck) reserveInUse() {
-	s := f.s
-	for _, t := range s.trees {
+	for _, t := range f.img.Trees() {
 		t.Salvage(func(k, v []byte) {
 			if len(k) == 18 && k[0] == format.KeyInoSpc && k[9] == format.KindExtent {
 				if e, err := decodeExtent(k, v); err == nil {
@@ -153,20 +152,14 @@ func (f *fsck) reserveInUse() {
 	}
 }
 
-// withhold marks the free parts of [start, start+n) used in the allocator
-// (s.reserve tries block by block once any block is in use, which would
-// cost a step per block of every file here).
-func (f *fsck) withhold(start, n uint64) {
-	s := f.s
-	if start < s.sb.MetaEnd() || start+n > s.sb.BackupBlock || start+n < start {
-		return
+// withhold makes the allocator withhold the free parts of [start, start+n).
+func (f *fsck) withhold(start, n uint64) { f.img.Withhold(start, n) }
+
+// treeErr marks a tree's corruption error as format.ErrCorrupt, as the
+// filesystem's own tree errors are.
+func treeErr(err error) error {
+	if err != nil && errors.Is(err, tree.ErrCorrupt) && !errors.Is(err, format.ErrCorrupt) {
+		return fmt.Errorf("%w: %w", err, format.ErrCorrupt)
 	}
-	var free []alloc.Extent
-	s.alloc.FreeExtentsIn(start, n, 1, func(e alloc.Extent) bool {
-		free = append(free, e)
-		return true
-	})
-	for _, e := range free {
-		_ = s.alloc.MarkUsed(e.Start, e.Len) // free a moment ago; fsck runs alone
-	}
+	return err
 }

@@ -1,12 +1,9 @@
-package meta
+package fsck
 
 import (
 	"bytes"
-	"fmt"
 
 	"github.com/streamfs/streamfs/fs/format"
-	"github.com/streamfs/streamfs/fs/meta/tree"
-	"github.com/streamfs/streamfs/fs/meta/wal"
 )
 
 // salvageTrees rebuilds, with -y, every AG tree whose structure is damaged
@@ -20,12 +17,11 @@ import (
 // missing inodes are dropped, inodes no entry reaches go to lost+found, the
 // counters are recounted. It returns whether it rebuilt any tree.
 func (f *fsck) salvageTrees() bool {
-	s := f.s
 	// Salvage every damaged tree before building any new one, so that the
 	// allocator withholds what each salvage could not vouch for before a
 	// new node is placed anywhere.
 	var damaged []*salvaged
-	for ag, t := range s.trees {
+	for ag, t := range f.img.Trees() {
 		damage := t.Check(nil)
 		if len(damage) == 0 {
 			continue
@@ -37,7 +33,7 @@ func (f *fsck) salvageTrees() bool {
 	}
 	rebuilt := false
 	for _, sv := range damaged {
-		if err := sv.build(s); err != nil {
+		if err := f.img.ReplaceTree(sv.ag, sv.keys, sv.vals); err != nil {
 			f.problem(false, "AG %d: rebuilding the tree: %v", sv.ag, err)
 			continue
 		}
@@ -47,7 +43,7 @@ func (f *fsck) salvageTrees() bool {
 		f.fixes++
 		// The new trees' nodes come out of the free-space records now, so
 		// that the space check sees records and trees as a checkpoint would.
-		if _, err := s.foldNodeSpace(); err != nil {
+		if err := f.img.FoldNodeSpace(); err != nil {
 			f.problem(false, "tree node space after the rebuild: %v", err)
 		}
 	}
@@ -66,17 +62,17 @@ type salvaged struct {
 // described them, so the new trees' nodes may not go there (the
 // free-space rebuild hands back what is really free).
 func (f *fsck) salvageAG(ag int) *salvaged {
-	s := f.s
+	sb := f.img.Super()
 	sv := &salvaged{ag: ag}
-	lost := s.trees[ag].Salvage(func(k, v []byte) {
+	lost := f.img.Trees()[ag].Salvage(func(k, v []byte) {
 		sv.keys = append(sv.keys, bytes.Clone(k))
 		sv.vals = append(sv.vals, bytes.Clone(v))
 	}, nil)
 	for _, err := range lost {
 		f.problem(true, "AG %d: %v: dropped", ag, err)
 	}
-	lo := max(uint64(ag)*s.sb.AGBlocks, s.sb.MetaEnd())
-	hi := min(uint64(ag+1)*s.sb.AGBlocks, s.sb.BackupBlock)
+	lo := max(uint64(ag)*sb.AGBlocks, sb.MetaEnd())
+	hi := min(uint64(ag+1)*sb.AGBlocks, sb.BackupBlock)
 	cursor := lo
 	for i, k := range sv.keys {
 		if !bytes.HasPrefix(k, format.FreePrefix()) {
@@ -97,21 +93,6 @@ func (f *fsck) salvageAG(ag int) *salvaged {
 	return sv
 }
 
-// build replaces the AG's tree with a new one holding the salvaged entries.
-func (sv *salvaged) build(s *Store) error {
-	nt, err := tree.Open(&nodePager{s: s, ag: uint32(sv.ag)}, s.cache, s.treeConfig(sv.ag), 0)
-	if err != nil {
-		return err
-	}
-	for i, k := range sv.keys {
-		if err := nt.Put(k, sv.vals[i]); err != nil {
-			return fmt.Errorf("key % x: %w", k, treeErr(err))
-		}
-	}
-	s.trees[sv.ag] = nt
-	return nil
-}
-
 // loadDamaged loads the newest checkpoint for fsck -y when the ordinary
 // load failed on damaged metadata (loadErr): the trees are opened without
 // reading their roots, the allocator counts whatever a damaged node hides
@@ -122,33 +103,18 @@ func (sv *salvaged) build(s *Store) error {
 // commits are read and skipped, and the repaired checkpoint starts the
 // journal after them. It returns the checkpoint and the commits skipped.
 func (f *fsck) loadDamaged(loadErr error) (*format.CkptHeader, int, error) {
-	s := f.s
-	found, err := wal.ReadCheckpoint(s.dev, wal.GeometryOf(s.sb))
+	h, err := f.img.LoadDamaged()
 	if err != nil {
-		return nil, 0, err
-	}
-	h, roots := found.Header, found.Roots
-	s.j.Start(h.Seq, found.Slot, h.JournalSeq, h.JournalPos)
-	if s.cache, err = tree.NewCache(s.opts.CacheBytes); err != nil {
-		return nil, 0, fmt.Errorf("tree cache: %w", err)
-	}
-	s.trees = make([]*tree.Tree, s.sb.AGCount)
-	for ag := range s.trees {
-		if s.trees[ag], err = tree.OpenDamaged(&nodePager{s: s, ag: uint32(ag)}, s.cache, s.treeConfig(ag), roots[ag]); err != nil {
-			return nil, 0, fmt.Errorf("AG %d tree: %w", ag, err)
-		}
-	}
-	if err := s.rebuildAllocator(); err != nil {
 		return nil, 0, err
 	}
 	f.reserveInUse()
 	if !f.salvageTrees() {
 		return nil, 0, loadErr // the damage is not in a tree
 	}
-	if err := s.loadAGs(); err != nil {
+	if err := f.img.LoadAGs(); err != nil {
 		return nil, 0, err
 	}
-	commits, _, err := s.j.Replay(h, func(*format.Record) error { return nil }, s.badCommitHook())
+	commits, err := f.img.SkipJournal(h)
 	if err != nil {
 		return nil, 0, err
 	}
