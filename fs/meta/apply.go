@@ -386,7 +386,7 @@ type txn struct {
 	resv  uint64 // metadata blocks reserved for it (space.go)
 	// inline holds the records of a small operation (a create is an inode,
 	// an entry and the parent's inode): growing e.Buf from nothing took
-	// six allocations. journal.append copies the records out.
+	// six allocations. wal.Log.Append copies the records out.
 	inline [320]byte
 }
 

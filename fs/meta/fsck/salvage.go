@@ -101,7 +101,8 @@ func (f *fsck) salvageAG(ag int) *salvaged {
 // commits change trees that no longer hold what they held when the
 // commits were written, so applying them could build on lost state. Its
 // commits are read and skipped, and the repaired checkpoint starts the
-// journal after them. It returns the checkpoint and the commits skipped.
+// journal after them. It returns the checkpoint and the commits replayed
+// (none; the skipped ones are reported as a problem).
 func (f *fsck) loadDamaged(loadErr error) (*format.CkptHeader, int, error) {
 	h, err := f.img.LoadDamaged()
 	if err != nil {

@@ -34,10 +34,10 @@ type owner struct {
 // directory entries (they point at inodes, each directory reachable from
 // the root once, parent pointers), link counts, block counts, extents
 // (inside the data area) and free space (every block of the data area is
-// exactly one of: free, a tree node, a file's extent) and the AG counters
-// (fsckcount.go). With -y, damaged trees are rebuilt first
-// (fscksalvage.go), then link and block counts, dangling entries, lost
-// inodes (to lost+found), free space and AG counters are repaired.
+// exactly one of: free, a tree node, a file's extent; space.go) and the AG
+// counters (counters.go). With -y, damaged trees are rebuilt first
+// (salvage.go), then link and block counts, dangling entries, lost inodes
+// (to lost+found), free space and AG counters are repaired.
 func (f *fsck) checkTrees() {
 	img := f.img
 	sb := img.Super()
