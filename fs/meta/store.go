@@ -5,7 +5,9 @@
 // changes durable at fsync and checkpoints write only the tree nodes that
 // changed (the on-disk format is package format). Every operation reserves
 // the tree blocks it may need before it changes anything (space.go). The
-// FUSE layer (package fs) translates requests into calls here.
+// FUSE layer (package fs) translates requests into calls here; fsck
+// (package fsck) checks an unmounted image through the few capabilities
+// fsckhost.go gives it.
 //
 // Lock order, outermost first:
 //
