@@ -96,12 +96,12 @@ func (c *checkImage) SkipJournal(h *format.CkptHeader) (int, error) {
 }
 
 // SlotDamage implements fsck.Loading.
-func (c *checkImage) SlotDamage() (error, bool) {
+func (c *checkImage) SlotDamage() (bool, error) {
 	s := (*Store)(c)
 	if s.found == nil || s.found.Damage == nil {
-		return nil, false
+		return false, nil
 	}
-	return s.found.Damage, s.j.Interrupted(s.found)
+	return s.j.Interrupted(s.found), s.found.Damage
 }
 
 // FlushInodes implements fsck.Loading.

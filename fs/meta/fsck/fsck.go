@@ -120,7 +120,7 @@ func Check(dev backend.Device, opts Options, host Host) (*Report, error) {
 		return rep, nil
 	}
 	rep.Checkpoint, rep.ReplayedCommits = h.Seq, commits
-	if damage, interrupted := img.SlotDamage(); damage != nil {
+	if interrupted, damage := img.SlotDamage(); damage != nil {
 		if interrupted {
 			f.rep.Notes = append(f.rep.Notes, fmt.Sprintf("a checkpoint was interrupted (%v); the checkpoint in use and the journal hold everything, and the next checkpoint rewrites the slot", damage))
 		} else {

@@ -175,7 +175,7 @@ func (fi *fakeImage) LoadDamaged() (*format.CkptHeader, error) {
 }
 func (fi *fakeImage) LoadAGs() error                                { return nil }
 func (fi *fakeImage) SkipJournal(*format.CkptHeader) (int, error)   { return 0, nil }
-func (fi *fakeImage) SlotDamage() (error, bool)                     { return nil, false }
+func (fi *fakeImage) SlotDamage() (bool, error)                     { return false, nil }
 func (fi *fakeImage) FlushInodes() []error                          { return nil }
 func (fi *fakeImage) FoldNodeSpace() error                          { return nil }
 func (fi *fakeImage) SkipSeq(n uint64)                              { fi.skipped += n }

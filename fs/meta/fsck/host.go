@@ -67,7 +67,7 @@ type Loading interface {
 	// SlotDamage is the damage Load found in a checkpoint slot (nil: none)
 	// and whether it is a checkpoint interrupted while the journal still
 	// holds all it contained (benign).
-	SlotDamage() (damage error, interrupted bool)
+	SlotDamage() (interrupted bool, damage error)
 	// FlushInodes puts the inode attributes replay left in memory into the
 	// trees, as a checkpoint would; it returns the failures.
 	FlushInodes() []error
