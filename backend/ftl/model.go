@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+
+	"github.com/streamfs/streamfs/alloc/victim"
 )
 
 // none marks an unmapped logical page or an invalid physical page.
@@ -368,8 +370,7 @@ func (m *Model) victim(minInvalid uint32) int32 {
 	}
 	maxValid := m.l.ppru - minInvalid
 	if m.g.GC == "cost-benefit" {
-		// Cost-benefit (Rosenblum & Ousterhout's LFS cleaner): maximise
-		// age * (1-u) / (2u); an empty unit wins outright.
+		// Cost-benefit (victim.Score); an empty unit wins outright.
 		best, bestScore := int32(-1), -1.0
 		for i := range m.units {
 			u := &m.units[i]
@@ -379,8 +380,7 @@ func (m *Model) victim(minInvalid uint32) int32 {
 			if u.valid == 0 {
 				return int32(i)
 			}
-			f := float64(u.valid) / float64(m.l.ppru)
-			score := float64(m.seq-u.closed+1) * (1 - f) / (2 * f)
+			score := victim.Score(m.seq-u.closed+1, uint64(u.valid), uint64(m.l.ppru))
 			if score > bestScore {
 				best, bestScore = int32(i), score
 			}
