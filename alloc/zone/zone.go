@@ -231,18 +231,18 @@ type Allocator struct {
 	pool    pool
 	cache   *cache // nil when off
 
-	garbage  atomic.Uint64 // freed, failed and finished-away blocks not yet reset
+	garbage atomic.Uint64 // freed, failed and finished-away blocks not yet reset
 	// retiredGarbage is the part of garbage in retired zones (no slot
 	// writes them): what reclaim can get back. Writers wait for reclaim
 	// only when it is nonzero.
 	retiredGarbage atomic.Uint64
 	finishErrs     atomic.Uint64
 	lastErr        atomic.Pointer[error]
-	fillSeq  atomic.Uint64
-	nfree    atomic.Int64 // len(pool.free), read without the pool lock
-	reclaimC chan struct{}
-	waits    atomic.Uint64 // writers that waited for reclaim or a drain
-	used     atomic.Bool   // Alloc ran: Load is no longer allowed
+	fillSeq        atomic.Uint64
+	nfree          atomic.Int64 // len(pool.free), read without the pool lock
+	reclaimC       chan struct{}
+	waits          atomic.Uint64 // writers that waited for reclaim or a drain
+	used           atomic.Bool   // Alloc ran: Load is no longer allowed
 }
 
 // New returns an allocator for geometry geo on dev with every sequential
@@ -362,3 +362,6 @@ func (a *Allocator) zoneOf(b uint64) (*zone, error) {
 
 // off returns block b's device offset.
 func (a *Allocator) off(b uint64) int64 { return int64(b) * a.opts.BlockSize }
+
+// End returns the block after the extent.
+func (e Extent) End() uint64 { return e.Start + e.Len }
