@@ -114,7 +114,6 @@ func (a *Allocator) allocFrom(ctx context.Context, set []*slot, n uint64, reclai
 			if !errors.Is(err, ErrNoSpace) {
 				return e, z, err
 			}
-			// Last space: another slot's open zone, whatever its stream.
 			if e, z, ok := a.spill(n, reclaim); ok {
 				return e, z, nil
 			}
@@ -283,13 +282,16 @@ func (a *Allocator) takeFree(reclaim bool) (*zone, <-chan struct{}, error) {
 	return a.zones[i], nil, nil
 }
 
-// spill takes room in any open zone of a writer slot (reclaim: any slot),
-// the last space before ErrNoSpace.
+// spill takes room in any open zone, whatever its slot's stream, the last
+// space before ErrNoSpace: writer slots first for a writer, reclaim slots
+// first for reclaim.
 func (a *Allocator) spill(n uint64, reclaim bool) (Extent, *zone, bool) {
-	for _, s := range a.slots {
-		if s.reclaim && !reclaim {
-			continue
-		}
+	k := 0
+	if reclaim {
+		k = a.nStream + a.nGen
+	}
+	for i := range a.slots {
+		s := a.slots[(k+i)%len(a.slots)]
 		s.mu.Lock()
 		if z := s.zone; z != nil {
 			z.mu.Lock()
