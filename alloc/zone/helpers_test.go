@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/streamfs/streamfs/backend"
@@ -77,3 +78,7 @@ func mustCheck(t testing.TB, a *Allocator) {
 }
 
 func (a *Allocator) zoneNo(b uint64) int { return int(b / a.geo.ZoneBlocks) }
+
+type atomicCounter struct{ n atomic.Int64 }
+
+func (c *atomicCounter) add() int64 { return c.n.Add(1) - 1 }
