@@ -344,13 +344,13 @@ func (a *Allocator) Done(e Extent, err error) error {
 	if e.Len == 0 || z.cond != CondOpen || e.Start+e.Len > z.start+z.alloc || e.Len > z.inflight {
 		return fmt.Errorf("%w: done %d+%d not in flight in zone %d (%v, %d allocated, %d in flight)", ErrCorrupt, e.Start, e.Len, z.idx, z.cond, z.alloc, z.inflight)
 	}
+	if err != nil && e.Len > z.live {
+		return fmt.Errorf("%w: failed write %d+%d beyond zone %d's %d live blocks", ErrCorrupt, e.Start, e.Len, z.idx, z.live)
+	}
 	z.inflight -= e.Len
 	if err != nil {
 		z.broken = true
 		z.gen.Add(1)
-		if e.Len > z.live {
-			return fmt.Errorf("%w: failed write %d+%d beyond zone %d's %d live blocks", ErrCorrupt, e.Start, e.Len, z.idx, z.live)
-		}
 		z.live -= e.Len
 		a.garbage.Add(e.Len)
 		if z.retired {

@@ -13,8 +13,9 @@ import (
 // the device never fills. On zones a free only makes garbage, so the loop
 // also reclaims: a victim whose blocks the ring has all freed is reset
 // (no copy: the ring frees in allocation order). Its ns/op against the
-// AG allocator's (BenchmarkAGAlloc, the same loop) is the cost ratio of
-// the two allocation paths.
+// AG allocator's BenchmarkAlloc in package alloc (the same loop, the same
+// number of blocks) is the cost ratio of the two allocation paths:
+// go test -run X -bench '^BenchmarkAlloc$' ./alloc ./alloc/zone
 func BenchmarkAlloc(b *testing.B) {
 	for _, cache := range []bool{false, true} {
 		for _, random := range []bool{false, true} {
@@ -29,20 +30,8 @@ func BenchmarkAlloc(b *testing.B) {
 				b.ReportAllocs()
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
-					slot := &ring[i%len(ring)]
-					if slot.Len != 0 {
-						if err := a.Free(slot.Start, slot.Len); err != nil {
-							b.Fatal(err)
-						}
-					}
-					if a.NeedReclaim() {
-						if v, ok := a.Victim(); ok && v.Live == 0 {
-							if err := a.Reset(v.Index); err != nil {
-								b.Fatal(err)
-							}
-						} else if ok {
-							_ = a.Unpick(v.Index)
-						}
+					if err := recycle(a, &ring[i%len(ring)], true); err != nil {
+						b.Fatal(err)
 					}
 					f := uint32(i % 64)
 					e, err := a.Alloc(ctx, Request{Ino: alloc.MakeIno(f%16, f), Stream: f%4 + 1, Len: 8, Random: random})
@@ -52,42 +41,10 @@ func BenchmarkAlloc(b *testing.B) {
 					if err := a.Done(e, nil); err != nil {
 						b.Fatal(err)
 					}
-					*slot = e
+					ring[i%len(ring)] = e
 				}
 			})
 		}
-	}
-}
-
-// BenchmarkAGAlloc is the same loop on the AG allocator (alloc.Allocator,
-// streams policy, 16 AGs of the same total size), the baseline.
-func BenchmarkAGAlloc(b *testing.B) {
-	for _, cache := range []bool{false, true} {
-		b.Run(fmt.Sprintf("cache=%v", cache), func(b *testing.B) {
-			geo := alloc.Geometry{AGCount: 16, AGBlocks: 1 << 20, TotalBlocks: 16 << 20}
-			a, err := alloc.New(geo, alloc.Options{Policy: alloc.PolicyStreams, PlacementCache: cache})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer a.Close()
-			ring := make([]alloc.Extent, 1<<14)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				slot := &ring[i%len(ring)]
-				if slot.Len != 0 {
-					if err := a.Free(slot.Start, slot.Len); err != nil {
-						b.Fatal(err)
-					}
-				}
-				f := uint32(i % 64)
-				e, err := a.Alloc(alloc.Request{Ino: alloc.MakeIno(f%16, f), Stream: f%4 + 1, Len: 8})
-				if err != nil {
-					b.Fatal(err)
-				}
-				*slot = e
-			}
-		})
 	}
 }
 
@@ -108,18 +65,9 @@ func BenchmarkParallelAlloc(b *testing.B) {
 		for pb.Next() {
 			slot := &ring[i%len(ring)]
 			i++
-			if slot.Len != 0 {
-				if err := a.Free(slot.Start, slot.Len); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-			if w == 0 && a.NeedReclaim() {
-				if v, ok := a.Victim(); ok && v.Live == 0 {
-					_ = a.Reset(v.Index)
-				} else if ok {
-					_ = a.Unpick(v.Index)
-				}
+			if err := recycle(a, slot, w == 0); err != nil {
+				b.Error(err)
+				return
 			}
 			e, err := a.Alloc(context.Background(), Request{Ino: alloc.MakeIno(uint32(w), uint32(w)), Stream: uint32(w) + 1, Len: 1})
 			if err != nil {
@@ -130,4 +78,26 @@ func BenchmarkParallelAlloc(b *testing.B) {
 			*slot = e
 		}
 	})
+}
+
+// recycle frees the ring slot's old extent and, when reclaim is set and
+// wanted, resets a victim the ring has emptied (one still holding live
+// blocks is put back: the benchmarks copy nothing).
+func recycle(a *Allocator, slot *Extent, reclaim bool) error {
+	if slot.Len != 0 {
+		if err := a.Free(slot.Start, slot.Len); err != nil {
+			return err
+		}
+	}
+	if !reclaim || !a.NeedReclaim() {
+		return nil
+	}
+	v, ok := a.Victim()
+	switch {
+	case !ok:
+		return nil
+	case v.Live == 0:
+		return a.Reset(v.Index)
+	}
+	return a.Unpick(v.Index)
 }
