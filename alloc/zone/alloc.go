@@ -69,18 +69,18 @@ func (a *Allocator) Alloc(ctx context.Context, r Request) (Extent, error) {
 	if r.Len == 0 {
 		return Extent{}, fmt.Errorf("%w: allocation of 0 blocks", ErrInvalid)
 	}
-	a.used.Store(true)
+	a.markUsed()
 	class := a.class(r.Stream)
+	var buf [4]*slot
+	set := a.slotSet(r.Ino, class, buf[:0])
 	var entry *cacheEntry
 	if r.Random && a.cache != nil {
 		var e Extent
 		var ok bool
-		if e, entry, ok = a.allocCached(r.Ino, class, r.Len); ok {
+		if e, entry, ok = a.allocCached(r.Ino, class, r.Len, set[0]); ok {
 			return e, nil
 		}
 	}
-	var buf [4]*slot
-	set := a.slotSet(r.Ino, class, buf[:0])
 	e, z, err := a.allocFrom(ctx, set, r.Len, false, r.Random)
 	if err != nil {
 		return Extent{}, err
@@ -98,7 +98,7 @@ func (a *Allocator) AllocReclaim(ctx context.Context, stream uint32, n uint64) (
 	if n == 0 {
 		return Extent{}, fmt.Errorf("%w: allocation of 0 blocks", ErrInvalid)
 	}
-	a.used.Store(true)
+	a.markUsed()
 	e, _, err := a.allocFrom(ctx, []*slot{a.reclaimSlot(a.class(stream))}, n, true, false)
 	return e, err
 }
@@ -415,4 +415,13 @@ func (a *Allocator) Free(start, n uint64) error {
 		}
 	}
 	return nil
+}
+
+// markUsed records that allocation began (Load is refused from then on);
+// the load first keeps the common case a read of a shared line, not a
+// write every allocator would bounce.
+func (a *Allocator) markUsed() {
+	if !a.used.Load() {
+		a.used.Store(true)
+	}
 }

@@ -21,8 +21,7 @@ type cacheEntry = atomic.Uint64
 // front. Entries are hints: a stale one (zone filled, left, failed or reset:
 // its generation moved) is detected at use and replaced.
 type cache struct {
-	c                   *ristretto.Cache[uint64, *cacheEntry]
-	hits, misses, stale atomic.Uint64
+	c *ristretto.Cache[uint64, *cacheEntry]
 }
 
 func newCache(entries int64) (*cache, error) {
@@ -57,10 +56,12 @@ func (c *cache) learn(ino uint64, entry *cacheEntry, z *zone) {
 // allocCached allocates in the zone the inode last wrote when that zone is
 // still open in a writer slot of the same class, of the same generation,
 // with room. It returns the inode's entry (nil when it has none) for the
-// caller to update when it misses.
-func (a *Allocator) allocCached(ino uint64, class uint32, n uint64) (Extent, *cacheEntry, bool) {
-	c := a.cache
-	entry, found := c.c.Get(ino)
+// caller to update when it misses. Misses and stale entries are counted in
+// the file's target slot, hits in the slot used: no counter shared by all
+// writers.
+func (a *Allocator) allocCached(ino uint64, class uint32, n uint64, target *slot) (Extent, *cacheEntry, bool) {
+	c := &target.cache
+	entry, found := a.cache.c.Get(ino)
 	if !found {
 		c.misses.Add(1)
 		return Extent{}, nil, false
@@ -90,6 +91,6 @@ func (a *Allocator) allocCached(ino uint64, class uint32, n uint64) (Extent, *ca
 		c.stale.Add(1)
 		return Extent{}, entry, false
 	}
-	c.hits.Add(1)
+	s.cache.hits.Add(1)
 	return a.takeLocked(s, z, n), entry, true
 }

@@ -301,8 +301,10 @@ func (a *Allocator) Stats() Stats {
 	active := a.pool.active
 	a.pool.mu.Unlock()
 	s := Stats{Streams: a.streams, Slots: len(a.slots), Active: active, Waits: a.waits.Load(), FinishErrors: a.finishErrs.Load()}
-	if a.cache != nil {
-		s.CacheHits, s.CacheMisses, s.CacheStale = a.cache.hits.Load(), a.cache.misses.Load(), a.cache.stale.Load()
+	for _, sl := range a.slots {
+		s.CacheHits += sl.cache.hits.Load()
+		s.CacheMisses += sl.cache.misses.Load()
+		s.CacheStale += sl.cache.stale.Load()
 	}
 	return s
 }

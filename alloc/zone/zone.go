@@ -203,6 +203,7 @@ type slot struct {
 	reclaim bool
 	mu      sync.Mutex // guards zone; taken before any zone.mu
 	zone    *zone      // nil until the slot first allocates
+	cache   struct{ hits, misses, stale atomic.Uint64 }
 }
 
 // pool is the free zones and the device resources. Its lock is taken once
