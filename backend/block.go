@@ -15,11 +15,10 @@ const maxBounce = 1 << 20
 
 // Block is a Device backed by a block device opened with O_DIRECT.
 type Block struct {
-	f      *os.File
+	c      *Claimed // the descriptor; a remount read-write replaces it
 	path   string
 	size   int64
 	sector int64
-	ro     bool
 
 	// aio does O_DIRECT's alignment: offsets, lengths and buffer addresses
 	// must all be multiples of the logical sector size, so unaligned
@@ -78,14 +77,14 @@ func OpenBlock(path string, ro bool) (*Block, error) {
 		f.Close()
 		return nil, fmt.Errorf("device %s: unsupported logical sector size %d", path, ss)
 	}
-	b := &Block{f: f, path: path, size: int64(size), sector: int64(ss), ro: ro}
+	b := &Block{c: NewClaimed(f, path, ro, unix.O_DIRECT), path: path, size: int64(size), sector: int64(ss)}
 	b.aio = NewAlignedIO(AlignedConfig{
 		BlockSize: b.sector,
 		BufAlign:  ss,
 		MaxPiece:  maxBounce,
-		Read:      func(p []byte, off int64) error { return preadFull(f, p, off) },
+		Read:      func(p []byte, off int64) error { return preadFull(b.c.File(), p, off) },
 		// No hardware streams: the stream is ignored.
-		Write: func(p []byte, off int64, _ uint32) error { return pwriteFull(f, p, off) },
+		Write: func(p []byte, off int64, _ uint32) error { return pwriteFull(b.c.File(), p, off) },
 	})
 	return b, nil
 }
@@ -106,7 +105,7 @@ func (b *Block) ReadAt(p []byte, off int64) error {
 // Unaligned requests go through a bounce buffer, reading the partial head
 // and tail sectors first so their other bytes survive.
 func (b *Block) WriteAt(p []byte, off int64, stream uint32) error {
-	if b.ro {
+	if b.c.ReadOnly() {
 		return errReadOnly(b.path)
 	}
 	if err := CheckRange("write", off, int64(len(p)), b.size); err != nil {
@@ -121,10 +120,10 @@ func (b *Block) WriteAt(p []byte, off int64, stream uint32) error {
 // Flush implements Device with fdatasync, which on a block device flushes
 // the device's volatile write cache.
 func (b *Block) Flush() error {
-	if b.ro {
+	if b.c.ReadOnly() {
 		return nil
 	}
-	if err := fdatasync(b.f); err != nil {
+	if err := fdatasync(b.c.File()); err != nil {
 		return fmt.Errorf("device %s: fdatasync: %w", b.path, err)
 	}
 	return nil
@@ -134,7 +133,7 @@ func (b *Block) Flush() error {
 // sectors at the edges are left alone because their other bytes may be live.
 // Devices without discard support make it a no-op.
 func (b *Block) Discard(off, length int64) error {
-	if b.ro {
+	if b.c.ReadOnly() {
 		return errReadOnly(b.path)
 	}
 	if err := CheckRange("discard", off, length, b.size); err != nil {
@@ -145,7 +144,7 @@ func (b *Block) Discard(off, length int64) error {
 		return nil
 	}
 	rng := [2]uint64{uint64(start), uint64(end - start)}
-	err := WithFd(b.f, func(fd int) error {
+	err := WithFd(b.c.File(), func(fd int) error {
 		for {
 			_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.BLKDISCARD, uintptr(unsafe.Pointer(&rng)))
 			if errno == unix.EINTR {
@@ -175,10 +174,10 @@ func (b *Block) MaxStreams() uint32 { return 0 }
 // Kind implements Device.
 func (b *Block) Kind() string { return "block" }
 
+// MakeWritable implements Reopener: a block device opened read-only is
+// opened again read-write (O_DIRECT, without O_EXCL: the first descriptor
+// keeps the claim), unless the kernel marks it read-only.
+func (b *Block) MakeWritable() error { return b.c.MakeWritable() }
+
 // Close releases the device, its O_EXCL claim and its lock.
-func (b *Block) Close() error {
-	if err := b.f.Close(); err != nil {
-		return fmt.Errorf("close device %s: %w", b.path, err)
-	}
-	return nil
-}
+func (b *Block) Close() error { return b.c.Close() }

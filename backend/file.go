@@ -9,10 +9,9 @@ import (
 
 // File is a Device backed by a regular image file.
 type File struct {
-	f    *os.File
+	c    *Claimed // the descriptor; a remount read-write replaces it
 	path string
 	size int64
-	ro   bool
 }
 
 var _ Device = (*File)(nil)
@@ -42,7 +41,7 @@ func OpenFile(path string, ro bool) (*File, error) {
 		f.Close()
 		return nil, err
 	}
-	return &File{f: f, path: path, size: st.Size(), ro: ro}, nil
+	return &File{c: NewClaimed(f, path, ro, 0), path: path, size: st.Size()}, nil
 }
 
 // ReadAt implements Device.
@@ -50,7 +49,7 @@ func (d *File) ReadAt(p []byte, off int64) error {
 	if err := CheckRange("read", off, int64(len(p)), d.size); err != nil {
 		return fmt.Errorf("device %s: %w", d.path, err)
 	}
-	if err := preadFull(d.f, p, off); err != nil {
+	if err := preadFull(d.c.File(), p, off); err != nil {
 		return fmt.Errorf("device %s: %w", d.path, err)
 	}
 	return nil
@@ -58,13 +57,13 @@ func (d *File) ReadAt(p []byte, off int64) error {
 
 // WriteAt implements Device; an image file has no hardware streams.
 func (d *File) WriteAt(p []byte, off int64, _ uint32) error {
-	if d.ro {
+	if d.c.ReadOnly() {
 		return errReadOnly(d.path)
 	}
 	if err := CheckRange("write", off, int64(len(p)), d.size); err != nil {
 		return fmt.Errorf("device %s: %w", d.path, err)
 	}
-	if err := pwriteFull(d.f, p, off); err != nil {
+	if err := pwriteFull(d.c.File(), p, off); err != nil {
 		return fmt.Errorf("device %s: %w", d.path, err)
 	}
 	return nil
@@ -72,10 +71,10 @@ func (d *File) WriteAt(p []byte, off int64, _ uint32) error {
 
 // Flush implements Device with fdatasync.
 func (d *File) Flush() error {
-	if d.ro {
+	if d.c.ReadOnly() {
 		return nil
 	}
-	if err := fdatasync(d.f); err != nil {
+	if err := fdatasync(d.c.File()); err != nil {
 		return fmt.Errorf("device %s: fdatasync: %w", d.path, err)
 	}
 	return nil
@@ -84,7 +83,7 @@ func (d *File) Flush() error {
 // Discard punches a hole; filesystems without hole punching make it a no-op,
 // which is allowed because callers never read discarded blocks.
 func (d *File) Discard(off, length int64) error {
-	if d.ro {
+	if d.c.ReadOnly() {
 		return errReadOnly(d.path)
 	}
 	if err := CheckRange("discard", off, length, d.size); err != nil {
@@ -93,7 +92,7 @@ func (d *File) Discard(off, length int64) error {
 	if length == 0 {
 		return nil
 	}
-	err := WithFd(d.f, func(fd int) error {
+	err := WithFd(d.c.File(), func(fd int) error {
 		for {
 			err := unix.Fallocate(fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, length)
 			if err != unix.EINTR {
@@ -119,22 +118,24 @@ func (d *File) MaxStreams() uint32 { return 0 }
 // Kind implements Device.
 func (d *File) Kind() string { return "file" }
 
+// MakeWritable implements Reopener: an image opened read-only is opened
+// again read-write, keeping its lock.
+func (d *File) MakeWritable() error { return d.c.MakeWritable() }
+
+// ReadOnly reports an image opened (and still) read-only.
+func (d *File) ReadOnly() bool { return d.c.ReadOnly() }
+
 // Close releases the file and, with it, the lock.
-func (d *File) Close() error {
-	if err := d.f.Close(); err != nil {
-		return fmt.Errorf("close device %s: %w", d.path, err)
-	}
-	return nil
-}
+func (d *File) Close() error { return d.c.Close() }
 
 // WriteBack starts writeback of [off, off+n) and waits for it, without the
 // device cache flush of Flush. It lets a large background write go out in
 // pieces, so that a concurrent Flush never finds much of it still dirty.
 func (d *File) WriteBack(off, n int64) error {
-	if d.ro || n <= 0 {
+	if d.c.ReadOnly() || n <= 0 {
 		return nil
 	}
-	err := WithFd(d.f, func(fd int) error {
+	err := WithFd(d.c.File(), func(fd int) error {
 		for {
 			err := unix.SyncFileRange(fd, off, n,
 				unix.SYNC_FILE_RANGE_WAIT_BEFORE|unix.SYNC_FILE_RANGE_WRITE|unix.SYNC_FILE_RANGE_WAIT_AFTER)

@@ -357,16 +357,11 @@ func WriteProtected(path string) (bool, error) {
 			return false, nil
 		}
 		defer f.Close()
-		var ro int
-		err = WithFd(f, func(fd int) error {
-			var err error
-			ro, err = unix.IoctlGetInt(fd, unix.BLKROGET)
-			return err
-		})
+		ro, err := BlockReadOnly(f)
 		if err != nil {
-			return false, fmt.Errorf("device %s: BLKROGET: %w", path, err)
+			return false, fmt.Errorf("device %s: %w", path, err)
 		}
-		return ro != 0, nil
+		return ro, nil
 	}
 	return false, nil
 }

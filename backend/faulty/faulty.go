@@ -518,6 +518,9 @@ func (d *Device) MaxStreams() uint32 { return d.inner.MaxStreams() }
 // Kind implements backend.Device.
 func (d *Device) Kind() string { return d.inner.Kind() }
 
+// MakeWritable implements backend.Reopener for the inner device.
+func (d *Device) MakeWritable() error { return backend.MakeWritable(d.inner) }
+
 // Close implements backend.Device. While powered off it leaves the inner
 // device open (a crashed process's teardown does nothing to the media), so
 // a test can Revive and mount the same device again; otherwise it closes

@@ -185,6 +185,9 @@ func (m *Mem) MaxStreams() uint32 { return m.streams }
 // Kind implements backend.Device.
 func (m *Mem) Kind() string { return "mem" }
 
+// MakeWritable implements backend.Reopener: memory has no read-only mode.
+func (m *Mem) MakeWritable() error { return nil }
+
 // Close implements backend.Device: later I/O fails, the contents stay for
 // Clone.
 func (m *Mem) Close() error {

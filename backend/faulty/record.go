@@ -143,6 +143,9 @@ func (r *Recorder) MaxStreams() uint32 { return r.inner.MaxStreams() }
 // Kind implements backend.Device.
 func (r *Recorder) Kind() string { return r.inner.Kind() }
 
+// MakeWritable implements backend.Reopener for the inner device.
+func (r *Recorder) MakeWritable() error { return backend.MakeWritable(r.inner) }
+
 // Close implements backend.Device; it closes the inner device.
 func (r *Recorder) Close() error { return r.inner.Close() }
 

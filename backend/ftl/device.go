@@ -315,7 +315,10 @@ func loadState(r io.ReaderAt, l Label) (m *Model, seq uint64, lost error) {
 type Device struct {
 	f     *backend.File
 	path  string
-	ro    bool
+	// ro: the image is open read-only; nothing is saved. A remount
+	// read-write clears it (MakeWritable, under modeMu).
+	ro     atomic.Bool
+	modeMu sync.Mutex
 	label Label
 	m     *Model
 	warn  func(string)
@@ -383,8 +386,9 @@ func Open(path string, ro bool, warn func(string)) (d *Device, ok bool, err erro
 	if lost != nil {
 		warn(fmt.Sprintf("device %s: ftl model state unusable (%v); the model restarts empty, the filesystem is unaffected", path, lost))
 	}
-	d = &Device{f: f, path: path, ro: ro, label: l, m: m, seq: seq, warn: warn,
+	d = &Device{f: f, path: path, label: l, m: m, seq: seq, warn: warn,
 		kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	d.ro.Store(ro)
 	d.writeState = d.writeSlot
 	d.lastSave.Store(time.Now().UnixNano())
 	if !ro {
@@ -392,6 +396,23 @@ func Open(path string, ro bool, warn func(string)) (d *Device, ok bool, err erro
 		go d.saver()
 	}
 	return d, true, nil
+}
+
+// MakeWritable implements backend.Reopener: the image is opened again
+// read-write (keeping its lock) and the model's state is saved from now on.
+func (d *Device) MakeWritable() error {
+	d.modeMu.Lock()
+	defer d.modeMu.Unlock()
+	if !d.ro.Load() {
+		return nil
+	}
+	if err := d.f.MakeWritable(); err != nil {
+		return err
+	}
+	d.ro.Store(false)
+	d.saverWG.Add(1)
+	go d.saver()
+	return nil
 }
 
 // saver saves the state whenever Flush finds the last save old enough.
@@ -508,7 +529,7 @@ func (d *Device) Flush() error {
 		d.trace.Flush()
 	}
 	d.traceMu.Unlock()
-	if !d.ro && time.Since(time.Unix(0, d.lastSave.Load())) >= saveEvery {
+	if !d.ro.Load() && time.Since(time.Unix(0, d.lastSave.Load())) >= saveEvery {
 		select {
 		case d.kick <- struct{}{}:
 		default: // a save is already asked for
@@ -540,7 +561,7 @@ func (d *Device) writeSlot(b []byte, off int64) error {
 // Save writes the model state to the older slot and makes it durable. Its
 // outcome is also kept for FDPStats and logged when it fails.
 func (d *Device) Save() error {
-	if d.ro {
+	if d.ro.Load() {
 		return nil
 	}
 	d.saveMu.Lock()
@@ -604,7 +625,7 @@ func (d *Device) Kind() string { return "ftl" }
 // Close stops the saver, saves the model and closes the image. A failed
 // save is logged and returned, but the image is closed all the same.
 func (d *Device) Close() error {
-	if !d.ro {
+	if !d.ro.Load() {
 		close(d.stop)
 		d.saverWG.Wait()
 	}

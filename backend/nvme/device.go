@@ -45,10 +45,12 @@ const (
 
 // Device is an NVMe namespace driven by passthrough commands.
 type Device struct {
-	f     *os.File // the node commands go through (block or generic char)
-	claim *os.File // the namespace's block node held O_EXCL when f is the char node
+	// c is the node commands go through (block or generic char); a
+	// remount read-write replaces its descriptor. nil in unit tests
+	// (submitFn).
+	c     *backend.Claimed
+	claim *os.File // the namespace's block node held O_EXCL when c is the char node
 	path  string
-	ro    bool
 
 	nsid      uint32
 	lbaShift  uint
@@ -94,7 +96,7 @@ func Open(path string, ro bool) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{f: f, claim: claim, path: path, ro: ro}
+	d := &Device{c: backend.NewClaimed(f, path, ro, 0), claim: claim, path: path}
 	nsid, err := withFdU32(f, namespaceID)
 	if err == nil {
 		d.nsid = nsid
@@ -204,7 +206,7 @@ func (d *Device) cmd(admin bool, c *passthru64, buf []byte) (uint64, error) {
 		return d.submitFn(admin, c, buf)
 	}
 	var res uint64
-	err := backend.WithFd(d.f, func(fd int) error {
+	err := backend.WithFd(d.c.File(), func(fd int) error {
 		for {
 			cc := *c
 			r, err := submit(fd, admin, &cc, buf)

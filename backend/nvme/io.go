@@ -120,7 +120,7 @@ func (d *Device) ReadAt(p []byte, off int64) error {
 // reading the partial head and tail blocks first so their other bytes
 // survive.
 func (d *Device) WriteAt(p []byte, off int64, stream uint32) error {
-	if d.ro {
+	if d.readOnly() {
 		return fmt.Errorf("device %s: opened read-only: %w", d.path, syscall.EROFS)
 	}
 	if err := backend.CheckRange("write", off, int64(len(p)), d.size); err != nil {
@@ -138,7 +138,7 @@ func (d *Device) WriteAt(p []byte, off int64, stream uint32) error {
 
 // Flush implements backend.Device with an NVMe Flush of the namespace.
 func (d *Device) Flush() error {
-	if d.ro {
+	if d.readOnly() {
 		return nil
 	}
 	c := passthru64{opcode: ioFlush, nsid: d.nsid}
@@ -152,7 +152,7 @@ func (d *Device) Flush() error {
 // the whole blocks inside the range; partial blocks at the edges are left
 // alone because their other bytes may be live.
 func (d *Device) Discard(off, length int64) error {
-	if d.ro {
+	if d.readOnly() {
 		return fmt.Errorf("device %s: opened read-only: %w", d.path, syscall.EROFS)
 	}
 	if err := backend.CheckRange("discard", off, length, d.size); err != nil {
@@ -192,19 +192,36 @@ func (d *Device) MaxStreams() uint32 { return uint32(len(d.pids)) }
 // Kind implements backend.Device.
 func (d *Device) Kind() string { return "nvme" }
 
+// readOnly reports a namespace opened (and still) read-only.
+func (d *Device) readOnly() bool { return d.c != nil && d.c.ReadOnly() }
+
+// MakeWritable implements backend.Reopener: the node opened read-only is
+// opened again read-write, keeping its flock and O_EXCL claim (and the
+// block node's, for the generic node). A namespace the kernel marks
+// read-only (write-protected) is refused.
+func (d *Device) MakeWritable() error {
+	if d.c == nil {
+		return nil
+	}
+	if d.claim != nil {
+		// The generic node has no read-only flag; its block node has.
+		if ro, err := backend.BlockReadOnly(d.claim); err == nil && ro {
+			return fmt.Errorf("device %s: read-only namespace (blockdev --getro): %w", d.path, backend.ErrWriteProtected)
+		}
+	}
+	return d.c.MakeWritable()
+}
+
 // Close releases the namespace, its lock and its block-node claim.
 func (d *Device) Close() error {
 	var err error
-	if d.f != nil {
-		err = d.f.Close()
+	if d.c != nil {
+		err = d.c.Close()
 	}
 	if d.claim != nil {
 		if cerr := d.claim.Close(); err == nil {
-			err = cerr
+			err = fmt.Errorf("close device %s: %w", d.path, cerr)
 		}
 	}
-	if err != nil {
-		return fmt.Errorf("close device %s: %w", d.path, err)
-	}
-	return nil
+	return err
 }

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -254,15 +256,34 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	d.ro = true
+	// Read-only: a descriptor opened so (a file stands in for the node;
+	// commands go to the in-memory controller), then made writable.
+	node := filepath.Join(t.TempDir(), "node")
+	if err := os.WriteFile(node, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.c = backend.NewClaimed(f, node, true, 0)
 	if err := d.WriteAt(make([]byte, 4096), 0, 0); err == nil {
 		t.Error("write on a read-only device")
 	}
 	if err := d.Discard(0, 4096); err == nil {
 		t.Error("discard on a read-only device")
 	}
+	if err := d.MakeWritable(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.WriteAt(make([]byte, 4096), 0, 0); err != nil {
+		t.Errorf("write after MakeWritable: %v", err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d.c = nil
 	// A failing command surfaces with its NVMe status.
-	d.ro = false
 	d.size = 32 << 12 // larger than the namespace behind it
 	var se *StatusError
 	if err := d.WriteAt(make([]byte, 4096), 20<<12, 1); !errors.As(err, &se) || se.Status != 0x80 {
