@@ -313,15 +313,15 @@ func loadState(r io.ReaderAt, l Label) (m *Model, seq uint64, lost error) {
 // returned from a data path call, and its state is saved by a goroutine of
 // its own, not inside the Flush that a journal commit waits for.
 type Device struct {
-	f     *backend.File
-	path  string
+	f    *backend.File
+	path string
 	// ro: the image is open read-only; nothing is saved. A remount
 	// read-write clears it (MakeWritable, under modeMu).
 	ro     atomic.Bool
 	modeMu sync.Mutex
-	label Label
-	m     *Model
-	warn  func(string)
+	label  Label
+	m      *Model
+	warn   func(string)
 
 	saveMu   sync.Mutex // serialises saves; guards seq
 	seq      uint64
