@@ -340,3 +340,42 @@ func TestLegacyLabelKeepsTiming(t *testing.T) {
 		t.Fatalf("legacy label read as %+v", g)
 	}
 }
+
+// A modelled image opened read-only turns read-write in place: the writes
+// after it are counted and the counts saved at Close, as for an image
+// opened read-write.
+func TestMakeWritable(t *testing.T) {
+	path, _ := newImage(t, 64<<20, "op=14,ru=256K,handles=4")
+	d, ok, err := Open(path, true, nil)
+	if err != nil || !ok {
+		t.Fatalf("open read-only: %v %v", ok, err)
+	}
+	buf := bytes.Repeat([]byte{9}, 1<<20)
+	if err := d.WriteAt(buf, 0, 2); !errors.Is(err, syscall.EROFS) {
+		t.Fatalf("write while read-only: %v, want EROFS", err)
+	}
+	if _, err := backend.Open(path, backend.OpenOptions{ReadOnly: true}); !errors.Is(err, backend.ErrBusy) {
+		t.Fatalf("second open while held: %v, want ErrBusy", err)
+	}
+	if err := backend.MakeWritable(d); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.WriteAt(buf, 0, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := d.FDPStats()
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st.Handles[1].HostBytes != 1<<20 {
+		t.Fatalf("handle 2 counted %d bytes, want 1 MiB", st.Handles[1].HostBytes)
+	}
+	d2, _ := openDev(t, path)
+	defer d2.Close()
+	if after, _ := d2.FDPStats(); after.HostBytesWritten != st.HostBytesWritten {
+		t.Fatalf("counts saved at Close: %d host bytes, want %d", after.HostBytesWritten, st.HostBytesWritten)
+	}
+}
