@@ -140,6 +140,30 @@ func (a *Allocator) Close() {
 	}
 }
 
+// ReplaceFree makes a's free space that of fresh, an allocator of the same
+// geometry built privately (from the metadata's free-space records): a
+// mounted filesystem's allocator is shared, so it is refilled AG by AG
+// under each AG's lock rather than replaced. The caller makes sure nothing
+// allocates or frees meanwhile; fresh must not be used afterwards except
+// for Close. Counters (allocations, streams, lock waits) stay.
+func (a *Allocator) ReplaceFree(fresh *Allocator) error {
+	if a.geo != fresh.geo {
+		return fmt.Errorf("%w: geometry %+v, replacement %+v", ErrInvalid, a.geo, fresh.geo)
+	}
+	for i, g := range a.ags {
+		n := fresh.ags[i]
+		g.lock()
+		if g.held.len() > 0 {
+			g.unlock()
+			return fmt.Errorf("AG %d: %w", i, ErrBusy)
+		}
+		g.bno, g.cnt = n.bno, n.cnt
+		g.free.Store(n.free.Load())
+		g.unlock()
+	}
+	return nil
+}
+
 // piece is the part of a block range inside one AG.
 type piece struct {
 	g          *ag

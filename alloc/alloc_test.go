@@ -694,3 +694,50 @@ func TestTakeExact(t *testing.T) {
 		t.Errorf("free space %v, want only AG 1", free)
 	}
 }
+
+// ReplaceFree refills a shared allocator with a rebuilt one's free space:
+// blocks used only in the old one come back, the new one's used blocks are
+// never handed out.
+func TestReplaceFree(t *testing.T) {
+	geo := Geometry{AGCount: 4, AGBlocks: 1000, TotalBlocks: 3900}
+	a, err := New(geo, Options{Policy: PolicyStreams})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	fresh, err := New(geo, Options{Policy: PolicyStreams})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.MarkUsed(0, 2500); err != nil { // over-reserved
+		t.Fatal(err)
+	}
+	if err := fresh.MarkUsed(100, 50); err != nil {
+		t.Fatal(err)
+	}
+	if err := fresh.MarkUsed(3000, 900); err != nil {
+		t.Fatal(err)
+	}
+	want := fresh.FreeBlocks()
+	if err := a.ReplaceFree(fresh); err != nil {
+		t.Fatal(err)
+	}
+	fresh.Close()
+	if got := a.FreeBlocks(); got != want {
+		t.Fatalf("free blocks %d, want %d", got, want)
+	}
+	if err := a.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.MarkUsed(100, 1); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("block 100 is used in the replacement, MarkUsed: %v", err)
+	}
+	if err := a.MarkUsed(0, 100); err != nil {
+		t.Fatalf("blocks used only before the replacement: %v", err)
+	}
+	other, _ := New(Geometry{AGCount: 2, AGBlocks: 1000, TotalBlocks: 2000}, Options{Policy: PolicyStreams})
+	defer other.Close()
+	if err := a.ReplaceFree(other); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("another geometry: %v", err)
+	}
+}
