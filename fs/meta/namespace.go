@@ -924,7 +924,7 @@ func (s *Store) Fsync(in *Inode) error {
 	in.mu.Lock()
 	s.logDirtyLocked(in)
 	in.mu.Unlock()
-	if s.readOnly {
+	if s.readOnly.Load() {
 		return nil
 	}
 	if s.j.Failed() {

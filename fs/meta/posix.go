@@ -55,8 +55,8 @@ func (s *Store) devStream(id uint32) uint32 {
 
 // SetReadOnly switches a mounted filesystem read-only or back (remount).
 // Going read-only commits everything and writes a checkpoint, so nothing
-// is left to replay. A filesystem mounted read-only (its device opened
-// read-only, its log perhaps not replayed) cannot go read-write.
+// is left to replay. A filesystem mounted read-only goes read-write as a
+// fresh read-write mount would start (makeWritable).
 //
 // Read-only means nothing more is written, unmount included: an unlinked
 // file closed for the last time meanwhile is not freed (as XFS skips
@@ -65,11 +65,13 @@ func (s *Store) devStream(id uint32) uint32 {
 // it (reclaimOrphans), as does a remount read-write (freeClosedOrphans);
 // fsck counts it as an orphan, not an error.
 func (s *Store) SetReadOnly(ro bool) error {
-	if s.readOnly {
+	s.modeMu.Lock()
+	defer s.modeMu.Unlock()
+	if s.readOnly.Load() {
 		if ro {
 			return nil
 		}
-		return fmt.Errorf("mounted read-only (device opened read-only): unmount and mount read-write instead: %w", syscall.EROFS)
+		return s.makeWritable()
 	}
 	if !ro {
 		s.remountRO.Store(false)
@@ -113,8 +115,19 @@ func (s *Store) freeClosedOrphans() {
 	}
 	for _, ino := range orphans {
 		in, err := s.loadInode(ino)
-		if err != nil || in == nil {
+		if err != nil {
 			continue // the next mount deals with it
+		}
+		if in == nil {
+			// Only the orphan entry is left (a crash between the free
+			// and its removal, replayed by a read-only mount):
+			// RecFree removes it, as reclaimOrphans does.
+			if tx, err := s.beginOp(opsInode, spacePool); err == nil {
+				tx.free(ino)
+				_ = tx.commit()
+				tx.end()
+			}
+			continue
 		}
 		in.mu.Lock()
 		if in.opens == 0 && in.attr.Nlink == 0 && !in.freed {

@@ -73,10 +73,12 @@ type Store struct {
 	alloc    *alloc.Allocator
 	log      *zap.Logger
 	opts     Options
-	readOnly bool
-	// remountRO is set by a remount read-only (SetReadOnly); readOnly is
-	// fixed at mount.
+	// readOnly: mounted read-only, the device opened so; cleared by a
+	// remount read-write (makeWritable, under modeMu). remountRO is set
+	// by a remount read-only of a read-write mount (SetReadOnly).
+	readOnly  atomic.Bool
 	remountRO atomic.Bool
+	modeMu    sync.Mutex // serialises remounts (SetReadOnly)
 
 	itab   *inodeTable
 	agNext []atomic.Uint32 // next agino per AG
@@ -316,6 +318,63 @@ func Open(dev backend.Device, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// makeWritable turns a store mounted read-only read-write (a remount
+// read-write), ending as Open ends for a read-write mount: the device
+// reopened for writing, what the mount replayed in memory made durable by
+// a checkpoint (which also moves the journal past where replay stopped),
+// the allocator rebuilt from the durable free-space records, orphans
+// freed and the committer started. It refuses, leaving the mount
+// read-only and working, a norecovery mount (its journal was not
+// replayed: writing over it would lose what it holds, as XFS refuses),
+// unknown read-only-compatible features, a shut-down filesystem and a
+// write-protected device. A failed checkpoint write shuts the filesystem
+// down like any failed metadata write: reads go on, and the next mount
+// recovers from the journal. s.modeMu is held.
+func (s *Store) makeWritable() error {
+	select {
+	case <-s.stop:
+		return fmt.Errorf("remount read-write: unmounted: %w", syscall.EINVAL)
+	default:
+	}
+	switch {
+	case s.opts.NoRecovery:
+		return fmt.Errorf("mounted with norecovery: the journal was not replayed, so the filesystem cannot go read-write; unmount and mount it read-write: %w", syscall.EINVAL)
+	case s.sb.ReadOnlyOnly():
+		return fmt.Errorf("filesystem has read-only-compatible features %#x this build does not know: %w", s.sb.ROCompat, syscall.EOPNOTSUPP)
+	case s.j.Failed():
+		return fmt.Errorf("remount read-write: %w", ErrJournalFailed)
+	}
+	if err := backend.MakeWritable(s.dev); err != nil {
+		if errors.Is(err, backend.ErrCannotReopen) {
+			err = fmt.Errorf("%w: %w", err, syscall.EOPNOTSUPP)
+		}
+		return fmt.Errorf("remount read-write: %w", err)
+	}
+	s.j.SetWritable()
+	// Operations are still refused (readOnly): nothing but the
+	// checkpoint and the orphans below changes the trees.
+	if err := s.checkpoint(); err != nil {
+		return fmt.Errorf("remount read-write: writing a checkpoint of the mounted state: %w", err)
+	}
+	fresh, err := s.buildAllocator()
+	if err == nil {
+		err = s.alloc.ReplaceFree(fresh)
+		fresh.Close()
+	}
+	if err != nil {
+		// Read-only, the allocator only over-reserves (replay kept every
+		// block its records mapped): safe, space comes back at the next
+		// mount.
+		s.log.Warn("remount read-write: free space not rebuilt; blocks replay reserved stay in use until the next mount", zapErr(err))
+	}
+	s.readOnly.Store(false)
+	s.freeClosedOrphans()
+	s.stopWG.Add(1)
+	go s.committer()
+	s.log.Info("remounted read-write", zap.Uint64("checkpoint", s.j.CheckpointSeq()))
+	return nil
+}
+
 // newStore builds an empty Store for sb: no state loaded, no allocator, no
 // committer (Open and fsck add those).
 func newStore(dev backend.Device, sb *format.Super, opts Options, ro bool) *Store {
@@ -329,13 +388,14 @@ func newStore(dev backend.Device, sb *format.Super, opts Options, ro bool) *Stor
 		opts.CacheBytes = DefaultCacheBytes
 	}
 	s := &Store{
-		dev: dev, sb: sb, bs: uint64(sb.BlockSize), log: opts.Logger, opts: opts, readOnly: ro,
+		dev: dev, sb: sb, bs: uint64(sb.BlockSize), log: opts.Logger, opts: opts,
 		itab:   newInodeTable(),
 		agNext: make([]atomic.Uint32, sb.AGCount),
 		dirty:  make(map[*Inode]struct{}),
 		stop:   make(chan struct{}),
 		kick:   make(chan struct{}, 1),
 	}
+	s.readOnly.Store(ro)
 	s.metaReserve = min(max(sb.TotalBlocks/200, 256), 1<<18)
 	s.j = wal.New(dev, wal.GeometryOf(sb), (*logHost)(s), ro)
 	return s
@@ -419,15 +479,25 @@ func (s *Store) reserve(start, n uint64) {
 // rebuildAllocator makes a fresh allocator whose free space is what the
 // trees' free-space records say.
 func (s *Store) rebuildAllocator() error {
+	a, err := s.buildAllocator()
+	if err != nil {
+		return err
+	}
 	if s.alloc != nil {
 		s.alloc.Close()
 	}
+	s.alloc = a
+	return nil
+}
+
+// buildAllocator returns an allocator whose free space is what the trees'
+// free-space records say.
+func (s *Store) buildAllocator() (*alloc.Allocator, error) {
 	a, err := alloc.New(alloc.Geometry{AGCount: s.sb.AGCount, AGBlocks: s.sb.AGBlocks, TotalBlocks: s.sb.TotalBlocks},
 		alloc.Options{Policy: s.opts.Policy, HWStreams: s.dev.MaxStreams(), PlacementCache: s.opts.PlacementCache})
 	if err != nil {
-		return fmt.Errorf("allocator: %w", err)
+		return nil, fmt.Errorf("allocator: %w", err)
 	}
-	s.alloc = a
 	for ag, t := range s.trees {
 		agStart := uint64(ag) * s.sb.AGBlocks
 		agEnd := min(agStart+s.sb.AGBlocks, s.sb.TotalBlocks)
@@ -470,10 +540,11 @@ func (s *Store) rebuildAllocator() error {
 			err = a.MarkUsed(cursor, agEnd-cursor)
 		}
 		if err != nil {
-			return fmt.Errorf("AG %d free space: %w", ag, treeErr(err))
+			a.Close()
+			return nil, fmt.Errorf("AG %d free space: %w", ag, treeErr(err))
 		}
 	}
-	return nil
+	return a, nil
 }
 
 // reclaimOrphans frees inodes left unlinked-but-open by a crash (they are
@@ -492,7 +563,7 @@ func (s *Store) reclaimOrphans() (int, error) {
 			return 0, fmt.Errorf("AG %d orphans: %w", ag, treeErr(err))
 		}
 	}
-	if s.readOnly {
+	if s.readOnly.Load() {
 		return 0, nil
 	}
 	for _, ino := range orphans {
@@ -613,7 +684,7 @@ func (s *Store) committer() {
 
 // SyncAll journals every dirty inode and commits.
 func (s *Store) SyncAll() error {
-	if s.readOnly {
+	if s.readOnly.Load() {
 		return nil
 	}
 	s.logAllDirty(false)
@@ -646,6 +717,8 @@ func (s *Store) logAllDirty(try bool) {
 // to replay after a clean unmount): only what changed since the last one.
 // The device is the caller's to close.
 func (s *Store) Close() error {
+	s.modeMu.Lock() // not while a remount starts the committer
+	defer s.modeMu.Unlock()
 	select {
 	case <-s.stop:
 		return nil
@@ -659,7 +732,7 @@ func (s *Store) Close() error {
 	t2 := t1 // read-only or failed: no commit, no checkpoint
 	// After a remount read-only nothing changed since its checkpoint, and
 	// nothing may be written any more.
-	if !s.readOnly && !s.remountRO.Load() && !s.j.Failed() {
+	if !s.readOnly.Load() && !s.remountRO.Load() && !s.j.Failed() {
 		if err = s.SyncAll(); err == nil {
 			t2 = time.Now()
 			err = s.checkpoint()
@@ -703,7 +776,7 @@ const (
 func (s *Store) Shutdown(flags uint32) error {
 	switch flags {
 	case ShutdownDefault, ShutdownLogFlush:
-		if !s.readOnly {
+		if !s.readOnly.Load() {
 			if err := s.SyncAll(); err != nil && !errors.Is(err, ErrJournalFailed) {
 				return err
 			}
@@ -721,7 +794,7 @@ func (s *Store) Shutdown(flags uint32) error {
 
 // writable returns EROFS once the filesystem went read-only.
 func (s *Store) writable() error {
-	if s.readOnly || s.remountRO.Load() {
+	if s.readOnly.Load() || s.remountRO.Load() {
 		return syscall.EROFS
 	}
 	if s.j.Failed() {
@@ -742,7 +815,7 @@ func (s *Store) Allocator() *alloc.Allocator { return s.alloc }
 func (s *Store) Device() backend.Device { return s.dev }
 
 // ReadOnly reports a read-only mount.
-func (s *Store) ReadOnly() bool { return s.readOnly || s.remountRO.Load() || s.j.Failed() }
+func (s *Store) ReadOnly() bool { return s.readOnly.Load() || s.remountRO.Load() || s.j.Failed() }
 
 // markDirtyLocked notes that in's attributes need journaling. in.mu held.
 func (s *Store) markDirtyLocked(in *Inode) {

@@ -122,7 +122,7 @@ type Log struct {
 	dev      Device
 	geo      Geometry
 	host     Host
-	readOnly bool
+	readOnly bool // guarded by commitMu
 
 	opSeq   atomic.Uint64 // orders appended operations
 	stripes [stripes]stripe
@@ -169,6 +169,15 @@ func (l *Log) Start(ckptSeq uint64, slot int, seq, head uint64) {
 	l.ckptSeq, l.ckptSlot, l.head = ckptSeq, slot, head
 	l.openTx.Store(seq)
 	l.committed.Store(seq)
+}
+
+// SetWritable lets a log opened read-only write from now on (a remount
+// read-write): it is where its replay or Start left it, and its first
+// checkpoint moves the sequence past anything replay stopped at.
+func (l *Log) SetWritable() {
+	l.commitMu.Lock()
+	defer l.commitMu.Unlock()
+	l.readOnly = false
 }
 
 // SkipSeq moves the open transaction's sequence number n ahead, so that
