@@ -67,12 +67,12 @@ const DefaultCacheBytes = 256 << 20
 
 // Store is a mounted filesystem.
 type Store struct {
-	dev      backend.Device
-	sb       *format.Super
-	bs       uint64
-	alloc    *alloc.Allocator
-	log      *zap.Logger
-	opts     Options
+	dev   backend.Device
+	sb    *format.Super
+	bs    uint64
+	alloc *alloc.Allocator
+	log   *zap.Logger
+	opts  Options
 	// readOnly: mounted read-only, the device opened so; cleared by a
 	// remount read-write (makeWritable, under modeMu). remountRO is set
 	// by a remount read-only of a read-write mount (SetReadOnly).
