@@ -466,7 +466,7 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 	}
 	switch {
 	case o.ftlTrace != "" && o.ro:
-		log.Info("read-only mount: nothing for ftl_trace to record", zap.String("ftl_trace", o.ftlTrace))
+		log.Info("read-only mount: nothing for ftl_trace to record (a remount read-write does not start it)", zap.String("ftl_trace", o.ftlTrace))
 	case o.ftlTrace != "":
 		if dev, err = traceDevice(dev, o.ftlTrace, func(msg string) { log.Warn(msg) }); err != nil {
 			return err
@@ -607,7 +607,8 @@ func absPath(p string) (string, error) {
 // kernel does not tell a FUSE daemon). Read-only goes kernel first, so a
 // mount with files open for writing is refused (EBUSY) before the daemon
 // changes; read-write goes daemon first, so a daemon that cannot write
-// leaves the mount read-only.
+// (norecovery, a write-protected device) leaves the mount read-only, and a
+// kernel that refuses turns the daemon read-only again.
 func remount(mnt string, o mountOpts) error {
 	f, err := os.Open(mnt)
 	if err != nil {
@@ -622,15 +623,9 @@ func remount(mnt string, o mountOpts) error {
 		}
 		return nil
 	}
-	daemon := func() error {
-		if err := ioctl.Remount(f.Fd(), o.ro); err != nil {
-			if errors.Is(err, syscall.ENOTTY) {
-				return fmt.Errorf("%s is not a streamfs mount: %w", mnt, err)
-			}
-			if errors.Is(err, syscall.EROFS) {
-				return fmt.Errorf("it was mounted read-only and its device opened read-only; umount it and mount it read-write: %w", err)
-			}
-			return err
+	daemon := func(ro bool) error {
+		if err := ioctl.Remount(f.Fd(), ro); err != nil {
+			return remountErr(mnt, err)
 		}
 		return nil
 	}
@@ -638,12 +633,36 @@ func remount(mnt string, o mountOpts) error {
 		if err := kernel(); err != nil {
 			return err
 		}
-		return daemon()
+		return daemon(true)
 	}
-	if err := daemon(); err != nil {
+	if err := daemon(false); err != nil {
 		return err
 	}
-	return kernel()
+	if err := kernel(); err != nil {
+		if rerr := daemon(true); rerr != nil {
+			return fmt.Errorf("%w; turning the daemon read-only again: %w", err, rerr)
+		}
+		return err
+	}
+	return nil
+}
+
+// remountErr explains the daemon's refusal of a remount; the ioctl carries
+// only an errno, the daemon's log has the details.
+func remountErr(mnt string, err error) error {
+	switch {
+	case errors.Is(err, syscall.ENOTTY):
+		return fmt.Errorf("%s is not a streamfs mount: %w", mnt, err)
+	case errors.Is(err, syscall.EROFS):
+		return fmt.Errorf("its device is write-protected (a read-only block device or an image that cannot be opened for writing); it stays read-only: %w", err)
+	case errors.Is(err, syscall.EINVAL):
+		return fmt.Errorf("it was mounted with norecovery (its journal was not replayed), so it cannot go read-write; it stays read-only: unmount it and mount it read-write: %w", err)
+	case errors.Is(err, syscall.EIO):
+		return fmt.Errorf("the filesystem is shut down after an error (see the daemon's log); unmount it and mount it again: %w", err)
+	case errors.Is(err, syscall.EOPNOTSUPP):
+		return fmt.Errorf("the daemon cannot make this mount read-write (see its log); it stays read-only: %w", err)
+	}
+	return err
 }
 
 // readyEnv names the descriptor a background mount reports readiness on.
