@@ -73,9 +73,9 @@ type mountOption struct {
 var mountOptions = []mountOption{
 	{names: []string{"ro", "rw"}, help: "read-only or read-write (rw)",
 		set: func(o *mountOpts, k, _ string) error { o.ro = k == "ro"; return nil }},
-	{names: []string{"norecovery"}, help: "with ro: do not replay the journal (as XFS)",
+	{names: []string{"norecovery"}, help: "with ro: do not replay the journal (as XFS); such a mount cannot be remounted rw",
 		set: func(o *mountOpts, _, _ string) error { o.noRecovery = true; return nil }},
-	{names: []string{"remount"}, help: "change a mounted filesystem's ro/rw, suid, dev, exec and atime options (mount -o remount,...)",
+	{names: []string{"remount"}, help: "change a mounted filesystem's ro/rw, suid, dev, exec and atime options (mount -o remount,...); rw of a filesystem mounted ro reopens its device read-write and checkpoints what the mount replayed, refused for norecovery or a write-protected device",
 		set: func(o *mountOpts, _, _ string) error { o.remount = true; return nil }},
 	{names: []string{"suid", "nosuid"}, help: "honour set-id bits (suid)",
 		set: func(o *mountOpts, k, _ string) error { o.noSuid = k == "nosuid"; return nil }},
