@@ -158,7 +158,7 @@ func TestNoRecovery(t *testing.T) {
 }
 
 // A remount read-only refuses changes and read-write allows them again; a
-// filesystem mounted read-only cannot go read-write.
+// filesystem mounted read-only goes read-write too (remountrw_test.go).
 func TestSetReadOnly(t *testing.T) {
 	fd, _ := newTestImage(t, 32<<20, 1)
 	s, err := Open(fd, testOpts())
@@ -183,7 +183,11 @@ func TestSetReadOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if err := s.SetReadOnly(false); err == nil {
-		t.Error("a read-only mount went read-write")
+	if _, err := s.Create(s.Root(), "y", NewInode{Mode: syscall.S_IFREG | 0o644}); !errors.Is(err, syscall.EROFS) {
+		t.Errorf("create on a read-only mount: %v, want EROFS", err)
 	}
+	if err := s.SetReadOnly(false); err != nil {
+		t.Fatalf("remount read-write of a read-only mount: %v", err)
+	}
+	mustCreate(t, s, s.Root(), "y")
 }
