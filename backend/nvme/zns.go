@@ -207,7 +207,7 @@ func OpenZoned(path string, ro bool) (*ZonedDevice, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{f: f, claim: claim, path: path, ro: ro}
+	d := &Device{c: backend.NewClaimed(f, path, ro, 0), claim: claim, path: path}
 	nsid, err := withFdU32(f, namespaceID)
 	if err != nil {
 		d.Close()
@@ -307,7 +307,7 @@ func (z *ZonedDevice) ReportZones(off int64, max int) ([]backend.Zone, error) {
 
 // ZoneMgmt implements backend.Zoned with Zone Management Send.
 func (z *ZonedDevice) ZoneMgmt(op backend.ZoneOp, off int64) error {
-	if z.d.ro {
+	if z.d.readOnly() {
 		return fmt.Errorf("device %s: opened read-only: %w", z.d.path, syscall.EROFS)
 	}
 	if err := z.checkZoneStart(off); err != nil {
@@ -338,7 +338,7 @@ func aligned(p []byte) bool {
 // pointer, sent in order. A partial block would need a read-modify-write,
 // which a sequential zone cannot take.
 func (z *ZonedDevice) WriteAt(p []byte, off int64, _ uint32) error {
-	if z.d.ro {
+	if z.d.readOnly() {
 		return fmt.Errorf("device %s: opened read-only: %w", z.d.path, syscall.EROFS)
 	}
 	if err := backend.CheckRange("write", off, int64(len(p)), z.d.size); err != nil {
@@ -370,7 +370,7 @@ func (z *ZonedDevice) WriteAt(p []byte, off int64, _ uint32) error {
 // the append size limit) goes to the zone's write pointer, and the drive
 // says where.
 func (z *ZonedDevice) Append(p []byte, zoneOff int64, _ uint32) (int64, error) {
-	if z.d.ro {
+	if z.d.readOnly() {
 		return 0, fmt.Errorf("device %s: opened read-only: %w", z.d.path, syscall.EROFS)
 	}
 	if err := z.checkZoneStart(zoneOff); err != nil {
@@ -441,6 +441,9 @@ func (z *ZonedDevice) Size() int64 { return z.d.size }
 
 // SectorSize implements backend.Device: the namespace's LBA size.
 func (z *ZonedDevice) SectorSize() int { return int(z.d.lbaSize) }
+
+// MakeWritable implements backend.Reopener, as Device.MakeWritable.
+func (z *ZonedDevice) MakeWritable() error { return z.d.MakeWritable() }
 
 // Close implements backend.Device.
 func (z *ZonedDevice) Close() error { return z.d.Close() }
