@@ -67,18 +67,17 @@ const DefaultCacheBytes = 256 << 20
 
 // Store is a mounted filesystem.
 type Store struct {
-	dev   backend.Device
-	sb    *format.Super
-	bs    uint64
-	alloc *alloc.Allocator
-	log   *zap.Logger
-	opts  Options
-	// readOnly: mounted read-only, the device opened so; cleared by a
-	// remount read-write (makeWritable, under modeMu). remountRO is set
-	// by a remount read-only of a read-write mount (SetReadOnly).
-	readOnly  atomic.Bool
+	dev      backend.Device
+	sb       *format.Super
+	bs       uint64
+	alloc    *alloc.Allocator
+	log      *zap.Logger
+	opts     Options
+	readOnly atomic.Bool // mounted read-only (device opened so) until a remount read-write (makeWritable)
+	// remountRO is set by a remount read-only (SetReadOnly); modeMu
+	// serialises remounts and Close.
 	remountRO atomic.Bool
-	modeMu    sync.Mutex // serialises remounts (SetReadOnly)
+	modeMu    sync.Mutex
 
 	itab   *inodeTable
 	agNext []atomic.Uint32 // next agino per AG
