@@ -31,10 +31,12 @@ type MountOptions struct {
 	// NodeLimit bounds the nodes the daemon keeps for inodes the kernel
 	// caches (nodes.go); 0: no bound.
 	NodeLimit int
+	// Uring is -o uring: FUSE requests over io_uring (transport.go).
+	Uring UringMode
 }
 
 // Mount mounts f at mountpoint and returns the running server.
-func Mount(f *FS, mountpoint string, o MountOptions) (*fuse.Server, error) {
+func Mount(f *FS, mountpoint string, o MountOptions) (*Server, error) {
 	f.PlacementCache = o.PlacementCache
 	f.Atime = o.Atime
 	timeout := cacheTimeout
@@ -77,7 +79,7 @@ func Mount(f *FS, mountpoint string, o MountOptions) (*fuse.Server, error) {
 	}
 	root := NewRoot(f)
 	raw := syncWritesFS{RawFileSystem: countingFS{RawFileSystem: gofs.NewNodeFS(root, opts), c: &f.ops}, fs: f}
-	srv, err := fuse.NewServer(f.aclRaw(raw), mountpoint, &opts.MountOptions)
+	srv, err := f.newServer(f.aclRaw(raw), mountpoint, &opts.MountOptions, o.Uring)
 	if err != nil {
 		return nil, fmt.Errorf("mounting FUSE at %s: %w", mountpoint, err)
 	}
@@ -85,11 +87,11 @@ func Mount(f *FS, mountpoint string, o MountOptions) (*fuse.Server, error) {
 	if err := srv.WaitMount(); err != nil {
 		return nil, fmt.Errorf("mounting FUSE at %s: %w", mountpoint, err)
 	}
-	f.setServer(srv)
+	f.setServer(srv.Server, srv.Transport())
 	f.nodes.setLimit(o.NodeLimit)
 	stop := make(chan struct{})
 	go func() { srv.Wait(); close(stop) }()
-	go f.sweepNodes(srv, stop)
+	go f.sweepNodes(srv.Server, stop)
 	if err := setReadahead(mountpoint, readaheadKB); err != nil && f.Log != nil {
 		f.Log.Warn("read-ahead left at the kernel's default", zap.Error(err))
 	}

@@ -36,6 +36,8 @@ type FS struct {
 	ops   opCounts     // FUSE requests served, by opcode (stats)
 	nodes nodeSet      // nodes the kernel holds, bounded (nodes.go)
 	drops atomic.Int32 // page-cache invalidations under way (cache.go)
+
+	transport string // the FUSE transport, for stats (transport.go); guarded by srvMu
 }
 
 // Node is one file, directory or symlink.

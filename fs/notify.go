@@ -15,10 +15,19 @@ import (
 // or a stat would show the old value for an hour.
 
 // setServer records the FUSE server for notifications.
-func (f *FS) setServer(srv *fuse.Server) {
+func (f *FS) setServer(srv *fuse.Server, transport string) {
 	f.srvMu.Lock()
 	f.srv = srv
+	f.transport = transport
 	f.srvMu.Unlock()
+}
+
+// Transport names the FUSE transport of the mount ("classic" or io_uring
+// with its rings' shape).
+func (f *FS) Transport() string {
+	f.srvMu.Lock()
+	defer f.srvMu.Unlock()
+	return f.transport
 }
 
 func (f *FS) server() *fuse.Server {

@@ -99,6 +99,7 @@ type StatsDoc struct {
 	HWStreams      uint32          `json:"hw_streams"`
 	Backend        string          `json:"backend"`
 	PlacementCache bool            `json:"placement_cache"`
+	Transport      string          `json:"transport"` // FUSE transport: classic or io_uring (its rings' shape)
 	CacheHits      uint64          `json:"cache_hits"`
 	CacheMisses    uint64          `json:"cache_misses"`
 	AGs            []alloc.AGStats `json:"ags"`
@@ -139,7 +140,7 @@ func statsDoc(f *FS) ([]byte, error) {
 	as := st.Allocator().Stats()
 	doc := StatsDoc{
 		Policy: as.Policy, MaxStreams: as.MaxStreams, HWStreams: st.Device().MaxStreams(),
-		Backend: st.Device().Kind(), PlacementCache: f.PlacementCache,
+		Backend: st.Device().Kind(), PlacementCache: f.PlacementCache, Transport: f.Transport(),
 		CacheHits: as.CacheHits, CacheMisses: as.CacheMisses, AGs: as.AGs,
 		Counters:  st.Counters(),
 		FuseOps:   f.FuseOps(),

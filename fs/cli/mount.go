@@ -47,6 +47,7 @@ type mountOpts struct {
 	rules                          *rules.Set // stream_rules, then stream_rules_file
 	optRules, fileRules            *rules.Set // while parsing
 	ftlTrace                       string     // ftl_trace: record the device's commands here
+	uring                          sfs.UringMode
 }
 
 // genericOpts are mount(8) options that mean nothing to streamfs; the mount
@@ -102,6 +103,15 @@ var mountOptions = []mountOption{
 				return fmt.Errorf("-o placement=%s: want inode, agset or streams", v)
 			}
 			o.placement = p
+			return nil
+		}},
+	{names: []string{"uring"}, arg: "auto|on|off", help: "FUSE requests over io_uring: auto uses it when the kernel offers it (" + sfs.UringParamHint + ") (auto)",
+		set: func(o *mountOpts, _, v string) error {
+			m, err := sfs.ParseUringMode(v)
+			if err != nil {
+				return fmt.Errorf("-o %w", err)
+			}
+			o.uring = m
 			return nil
 		}},
 	{names: []string{"placement_cache"}, arg: "on|off", help: "per-inode placement cache (on)",
@@ -528,7 +538,7 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 	srv, err := sfs.Mount(&sfs.FS{Store: store, Log: log, Rules: o.rules}, mnt, sfs.MountOptions{
 		Source: src, ReadOnly: o.ro, AllowOther: o.allowOther, Debug: o.debug, PlacementCache: o.cache,
 		NoSuid: o.noSuid, NoDev: o.noDev, NoExec: o.noExec, Atime: o.atime,
-		NodeLimit: sfs.NodeLimit(cache),
+		NodeLimit: sfs.NodeLimit(cache), Uring: o.uring,
 	})
 	if err != nil {
 		_ = store.Close()
@@ -537,7 +547,7 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 	log.Info("serving", zap.String("device", path), zap.String("mountpoint", mnt),
 		zap.String("backend", dev.Kind()), zap.String("placement", o.placement.String()),
 		zap.Uint32("streams", store.Allocator().MaxStreams()), zap.Bool("read_only", o.ro),
-		zap.String("atime", o.atime.String()))
+		zap.String("atime", o.atime.String()), zap.String("transport", srv.Transport()))
 	if ready != nil {
 		ready(nil)
 	}

@@ -133,6 +133,7 @@ func Stats(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "placement=%s max_streams=%d hw_streams=%d backend=%s\n", s.Policy, s.MaxStreams, s.HWStreams, s.Backend)
 	fmt.Fprintf(stdout, "placement cache: %s hits=%d misses=%d\n", onOff(s.PlacementCache), s.CacheHits, s.CacheMisses)
+	fmt.Fprintf(stdout, "transport: %s\n", s.Transport)
 	c := s.Counters
 	fmt.Fprintf(stdout, "checkpoints=%d (last %d bytes, longest pause %d us) data_io_errors=%d read_only=%v shutdown=%v node_cache hits=%d misses=%d\n",
 		c.Checkpoints, c.CheckpointPayload, c.CheckpointPauseMax, c.DataIOErrors, c.ReadOnly, c.Shutdown, c.CacheHits, c.CacheMisses)

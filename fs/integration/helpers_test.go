@@ -44,6 +44,8 @@ func testMain(m *testing.M) int {
 		skipReason = "integration tests need root (FUSE mounts, losetup, chown)"
 	} else if _, err := os.Stat("/dev/fuse"); err != nil {
 		skipReason = fmt.Sprintf("integration tests need /dev/fuse: %v", err)
+	} else {
+		skipReason = uringSkipReason()
 	}
 	if skipReason != "" {
 		return m.Run()
@@ -189,6 +191,7 @@ func mountImage(t *testing.T, img string, opts ...string) *mount {
 func startMount(t *testing.T, img, dir string, opts []string) *mount {
 	t.Helper()
 	m := &mount{img: img, dir: dir, opts: opts, log: &syncBuffer{}, exited: make(chan struct{})}
+	opts = withTransport(opts)
 	args := []string{"mount"}
 	if len(opts) > 0 {
 		args = append(args, "-o", strings.Join(opts, ","))
