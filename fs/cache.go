@@ -3,6 +3,8 @@ package fs
 import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"go.uber.org/zap"
+
+	"github.com/streamfs/streamfs/fs/transport/uring"
 )
 
 // The kernel's page cache sits in front of the daemon (the writeback cache,
@@ -57,7 +59,9 @@ func (n *Node) dropCached(off int64, length int) {
 	n.cacheMu.Lock()
 	if n.buffered.Load() == 0 {
 		// No handle can fill pages until an open sets the mark again.
-		n.cached.Store(false)
+		if n.cached.Swap(false) {
+			f.cachedFiles.Add(-1)
+		}
 		off, size = 0, 0
 	}
 	n.cacheMu.Unlock()
@@ -66,7 +70,11 @@ func (n *Node) dropCached(off int64, length int) {
 		defer f.drops.Add(-1)
 		f.notifyInval(srv, ino, off, size)
 	}
-	if f.drops.Add(1) <= maxBlockingDrops {
+	// On an io_uring queue's thread the pages under read may wait for a
+	// READ queued on that very ring: never wait there (transport.go sends
+	// such WRITEs to their own goroutine; this covers a buffered open that
+	// raced with the decision).
+	if f.drops.Add(1) <= maxBlockingDrops && !uring.OnRingThread() {
 		drop()
 		return
 	}

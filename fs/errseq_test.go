@@ -23,6 +23,13 @@ func mountFaulty(t *testing.T) (string, *faulty.Device, *format.Super) {
 
 // mountFaultySize is mountFaulty with an image of size bytes (sparse).
 func mountFaultySize(t *testing.T, size int64) (string, *faulty.Device, *format.Super) {
+	mnt, dev, sb, _ := mountFaultyWith(t, size, MountOptions{})
+	return mnt, dev, sb
+}
+
+// mountFaultyWith is mountFaultySize with mount options o; it returns the
+// server too.
+func mountFaultyWith(t *testing.T, size int64, o MountOptions) (string, *faulty.Device, *format.Super, *Server) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("mounting FUSE needs root")
@@ -55,12 +62,15 @@ func mountFaultySize(t *testing.T, size int64) (string, *faulty.Device, *format.
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := Mount(&FS{Store: st, Log: zap.NewNop()}, mnt, MountOptions{Source: img})
+	o.Source = img
+	srv, err := Mount(&FS{Store: st, Log: zap.NewNop()}, mnt, o)
 	if err != nil {
+		_ = st.Close()
+		fd.Close()
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := srv.Unmount(); err != nil {
+		if err := srv.Unmount(); err != nil && !errors.Is(err, syscall.EINVAL) {
 			t.Errorf("unmount: %v", err)
 		}
 		srv.Wait()
@@ -69,7 +79,7 @@ func mountFaultySize(t *testing.T, size int64) (string, *faulty.Device, *format.
 		}
 		fd.Close()
 	})
-	return mnt, fd, sb
+	return mnt, fd, sb, srv
 }
 
 // A failed data write reaches the writer, and every file open at that time

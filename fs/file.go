@@ -57,7 +57,9 @@ func (n *Node) opened(h *handle) {
 	if !h.direct {
 		n.cacheMu.Lock()
 		n.buffered.Add(1)
-		n.cached.Store(true)
+		if !n.cached.Swap(true) {
+			n.fs.cachedFiles.Add(1)
+		}
 		n.cacheMu.Unlock()
 	}
 }

@@ -38,6 +38,10 @@ type FS struct {
 	drops atomic.Int32 // page-cache invalidations under way (cache.go)
 
 	transport string // the FUSE transport, for stats (transport.go); guarded by srvMu
+	// cachedFiles counts nodes with the cached mark (cache.go): while any
+	// has it, a WRITE over io_uring may wait for the kernel and leaves the
+	// ring's thread (transport.go).
+	cachedFiles atomic.Int64
 }
 
 // Node is one file, directory or symlink.

@@ -179,7 +179,7 @@ func (f *FS) newServer(raw fuse.RawFileSystem, mountpoint string, mo *fuse.Mount
 		_ = syscall.Unmount(mountpoint, syscall.MNT_DETACH)
 		return nil, err
 	}
-	if err := tr.Start(fd, ps); err != nil {
+	if err := tr.Start(fd, ps, f.offload); err != nil {
 		// A refused registration turns the connection back to classic
 		// (the kernel clears io_uring); with on, that is a failed mount.
 		tr.Close()
@@ -193,6 +193,16 @@ func (f *FS) newServer(raw fuse.RawFileSystem, mountpoint string, mo *fuse.Mount
 	}
 	s.ring = tr
 	return s, nil
+}
+
+// offload says which requests must not run on a ring's own thread: those
+// that may wait for the kernel, which may wait for a request queued on
+// that ring. LSEEK makes the kernel write dirty pages back (cache.go); a
+// WRITE drops cached pages, and waits for pages under read, while any
+// file has the cached mark. Everything else runs in place.
+func (f *FS) offload(opcode uint32) bool {
+	const opWrite, opLseek = 16, 46
+	return opcode == opLseek || opcode == opWrite && f.cachedFiles.Load() > 0
 }
 
 // initProtocolServer replays the kernel's INIT into ps, so it decodes

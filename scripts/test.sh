@@ -65,15 +65,38 @@ rm -f "$unit_log"
 echo "== fuzz (short)"
 FUZZTIME=${FUZZTIME:-5s} bash scripts/fuzz.sh
 
-echo "== integration tests (real FUSE mounts)"
-# A private log file: concurrent runs must not share one.
-log=$(mktemp /tmp/streamfs-integration.XXXXXX.log)
-echo "(full log: $log)"
-heartbeat "integration tests"
-go test -count=1 -timeout 30m -v ./fs/integration/ 2>&1 | tee "$log" | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)' || true
-stop_heartbeat
-grep -qE '^ok ' "$log" || { tail -100 "$log"; exit 1; }
-rm -f "$log"
+# integration [ENV=VALUE...]: the integration suite, in the environment given.
+integration() {
+	# A private log file: concurrent runs must not share one.
+	local log
+	log=$(mktemp /tmp/streamfs-integration.XXXXXX.log)
+	echo "(full log: $log)"
+	heartbeat "integration tests"
+	env "$@" go test -count=1 -timeout 30m -v ./fs/integration/ 2>&1 | tee "$log" | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|SKIP)' || true
+	stop_heartbeat
+	grep -qE '^ok ' "$log" || { tail -100 "$log"; exit 1; }
+	rm -f "$log"
+}
+
+echo "== integration tests (real FUSE mounts), classic FUSE transport"
+integration STREAMFS_TEST_URING=off
+
+# The same suite with every mount over io_uring, where the kernel has it.
+# The kernel offers it only with enable_uring=Y: set for this run, restored after.
+uring_param=/sys/module/fuse/parameters/enable_uring
+if [ "${STREAMFS_SKIP_URING:-0}" = 1 ]; then
+	echo "== integration tests over io_uring: skipped (STREAMFS_SKIP_URING=1)"
+elif [ ! -w "$uring_param" ]; then
+	echo "== integration tests over io_uring: skipped, this kernel has no FUSE over io_uring ($uring_param missing: CONFIG_FUSE_IO_URING, Linux 6.14+)"
+else
+	echo "== integration tests (real FUSE mounts), FUSE over io_uring"
+	uring_orig=$(cat "$uring_param")
+	trap 'echo "$uring_orig" >"$uring_param"; stop_heartbeat' EXIT
+	echo Y >"$uring_param"
+	integration STREAMFS_TEST_URING=on
+	echo "$uring_orig" >"$uring_param"
+	trap stop_heartbeat EXIT
+fi
 
 if [ -x scripts/fdp/run.sh ] && [ "${STREAMFS_SKIP_FDP:-0}" != 1 ]; then
 	echo "== NVMe FDP end-to-end (QEMU)"

@@ -20,10 +20,7 @@ import (
 
 // io_uring_setup flags and opcodes used here.
 const (
-	setupCoopTaskrun  = 1 << 8
-	setupSQE128       = 1 << 10 // fuse_uring_cmd_req needs the 80-byte command area
-	setupSingleIssuer = 1 << 12
-	setupDeferTaskrun = 1 << 13
+	setupSQE128 = 1 << 10 // fuse_uring_cmd_req needs the 80-byte command area
 
 	opURingCmd = 46
 
@@ -83,8 +80,7 @@ var (
 )
 
 // ring is one io_uring: its fd and the mapped SQ, CQ and SQE arrays. Only
-// the thread that created it submits (IORING_SETUP_SINGLE_ISSUER), so it
-// needs no lock.
+// its queue's thread submits and reaps, so it needs no lock.
 type ring struct {
 	fd             int
 	sqMap, cqMap   []byte
@@ -99,18 +95,13 @@ type ring struct {
 	pending        uint32 // SQEs written but not yet submitted
 }
 
-// newRing sets up a ring of at least entries SQEs on the calling thread.
-// DEFER_TASKRUN runs the kernel's completion work (the copy of a request
-// into our buffers) only when this thread waits for completions: no
-// interrupts of a busy thread. Kernels without it get COOP_TASKRUN.
+// newRing sets up a ring of at least entries SQEs. Completions (the
+// kernel's copy of a request into our buffers) run as task work in the
+// thread that armed the entry; that thread sleeps in io_uring_enter and is
+// woken for them.
 func newRing(entries uint32) (*ring, error) {
-	var p params
-	p.flags = setupSQE128 | setupSingleIssuer | setupDeferTaskrun
+	p := params{flags: setupSQE128}
 	fd, _, errno := unix.Syscall(unix.SYS_IO_URING_SETUP, uintptr(entries), uintptr(unsafe.Pointer(&p)), 0)
-	if errno == unix.EINVAL {
-		p = params{flags: setupSQE128 | setupCoopTaskrun}
-		fd, _, errno = unix.Syscall(unix.SYS_IO_URING_SETUP, uintptr(entries), uintptr(unsafe.Pointer(&p)), 0)
-	}
 	if errno != 0 {
 		return nil, fmt.Errorf("io_uring_setup: %w", errno)
 	}

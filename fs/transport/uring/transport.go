@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -41,8 +42,13 @@ func PossibleCPUs() (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("counting possible CPUs: %w", err)
 	}
+	return parseCPUList(string(b))
+}
+
+// parseCPUList counts the CPUs of a kernel CPU list ("0-3,8,10-11").
+func parseCPUList(s string) (int, error) {
 	n := 0
-	for _, part := range strings.Split(strings.TrimSpace(string(b)), ",") {
+	for _, part := range strings.Split(strings.TrimSpace(s), ",") {
 		lo, hi, ok := strings.Cut(part, "-")
 		if !ok {
 			hi = lo
@@ -127,7 +133,7 @@ func Prepare(plan Plan, log func(string)) (*Transport, error) {
 	t := &Transport{plan: plan, log: log, fd: -1}
 	ready := make(chan error, plan.Queues)
 	for qid := 0; qid < plan.Queues; qid++ {
-		q := &queue{t: t, qid: qid, start: make(chan startMsg, 1)}
+		q := &queue{t: t, qid: qid, start: make(chan startMsg, 1), efd: -1}
 		t.queues = append(t.queues, q)
 		t.wg.Add(1)
 		go q.run(ready)
@@ -145,6 +151,15 @@ func Prepare(plan Plan, log func(string)) (*Transport, error) {
 	return t, nil
 }
 
+// Requests is the number of requests answered through the rings.
+func (t *Transport) Requests() uint64 {
+	var n uint64
+	for _, q := range t.queues {
+		n += q.served.Load()
+	}
+	return n
+}
+
 // Plan returns the shape the transport runs with.
 func (t *Transport) Plan() Plan { return t.plan }
 
@@ -153,7 +168,7 @@ func (t *Transport) Plan() Plan { return t.plan }
 // while a queue may still commit) and serves requests with h. It returns
 // once all entries are registered: from then on the kernel sends every
 // request but FORGET and INTERRUPT through the rings.
-func (t *Transport) Start(fuseFd int, h Handler) error {
+func (t *Transport) Start(fuseFd int, h Handler, offload func(opcode uint32) bool) error {
 	fd, err := unix.FcntlInt(uintptr(fuseFd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		t.Close()
@@ -162,7 +177,7 @@ func (t *Transport) Start(fuseFd int, h Handler) error {
 	t.fd = fd
 	done := make(chan error, len(t.queues))
 	for _, q := range t.queues {
-		q.start <- startMsg{fd: fd, h: h, registered: done}
+		q.start <- startMsg{fd: fd, h: h, offload: offload, registered: done}
 	}
 	var errs []error
 	for range t.queues {
@@ -203,6 +218,7 @@ func (t *Transport) Wait() {
 type startMsg struct {
 	fd         int // 0 with h nil: stop without serving
 	h          Handler
+	offload    func(opcode uint32) bool
 	registered chan<- error
 }
 
@@ -211,14 +227,22 @@ type startMsg struct {
 // on and completes it in the task that armed the entry, so the request,
 // its copy into our buffers and its reply stay on one CPU.
 type queue struct {
-	t     *Transport
-	qid   int
-	start chan startMsg
-	r     *ring
-	mem   []byte  // headers then payloads, one anonymous mapping
-	ents  []entry // Depth entries
-	iovs  [][2]unix.Iovec
-	armed int // entries the kernel holds (registered or committed, no CQE yet)
+	t      *Transport
+	qid    int
+	start  chan startMsg
+	r      *ring
+	mem    []byte  // headers then payloads, one anonymous mapping
+	ents   []entry // Depth entries
+	iovs   [][2]unix.Iovec
+	armed  int           // entries the kernel holds (registered or committed, no CQE yet)
+	served atomic.Uint64 // requests answered through this ring
+	efd    int           // eventfd: handlers wake the sleeping ring thread
+	efdBuf [8]byte       // the eventfd read's target
+
+	mu       sync.Mutex // guards done, spare and sleeping
+	done     []int      // entries whose reply is ready to commit
+	spare    []int
+	sleeping bool // the ring thread waits in io_uring_enter: wake it
 }
 
 type entry struct {
@@ -265,7 +289,9 @@ func (q *queue) run(ready chan<- error) {
 	err = q.register(msg.fd)
 	msg.registered <- err
 	if err == nil {
-		q.serve(msg.fd, msg.h)
+		ringThreads.Store(unix.Gettid(), true)
+		q.serve(msg.fd, msg.h, msg.offload)
+		ringThreads.Delete(unix.Gettid())
 	}
 	q.release()
 }
@@ -273,7 +299,11 @@ func (q *queue) run(ready chan<- error) {
 func (q *queue) setup() error {
 	p := q.t.plan
 	var err error
-	if q.r, err = newRing(uint32(p.Depth)); err != nil {
+	if q.efd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
+		q.efd = -1
+		return fmt.Errorf("queue %d: eventfd: %w", q.qid, err)
+	}
+	if q.r, err = newRing(uint32(p.Depth + 1)); err != nil {
 		return fmt.Errorf("queue %d: %w", q.qid, err)
 	}
 	page := os.Getpagesize()
@@ -301,6 +331,10 @@ func (q *queue) release() {
 	if q.r != nil {
 		q.r.close()
 		q.r = nil
+	}
+	if q.efd >= 0 {
+		_ = unix.Close(q.efd)
+		q.efd = -1
 	}
 	if q.mem != nil {
 		_ = unix.Munmap(q.mem)
@@ -346,27 +380,51 @@ func (q *queue) register(fd int) error {
 	return nil
 }
 
-// serve handles each request in place on the queue's thread and commits
-// the reply together with the fetch of the next request. Handing requests
-// to other goroutines would make each wait for the scheduler: this thread
-// keeps its P while it sleeps in io_uring_enter, so a new goroutine would
-// run only once the runtime takes the P back. A request that blocks holds
-// up the requests of its CPU's callers, as one classic reader does.
-func (q *queue) serve(fd int, h Handler) {
+// serve answers requests and commits each reply together with the fetch
+// of the entry's next request. Most requests run in place on this thread:
+// handing them to a goroutine costs two more thread wake-ups per request
+// (the handler's, and this thread's to commit). Those for which offload
+// says so run on their own goroutine, as go-fuse's classic loop runs every
+// request: a handler that waits for the kernel (a page-cache invalidation
+// waits for pages under read or writeback) may wait for a READ or WRITE
+// queued on this very ring. Their replies come back through done, with an
+// eventfd read armed in the ring to wake this thread when it sleeps.
+func (q *queue) serve(fd int, h Handler, offload func(opcode uint32) bool) {
 	var stopErr error
-	for q.armed > 0 {
-		if err := q.r.enter(true); err != nil {
+	stopping := false
+	inflight := 0
+	q.armWake()
+	for q.armed > 0 || inflight > 0 {
+		q.mu.Lock()
+		done := q.done
+		q.done = q.spare[:0]
+		q.spare = done
+		q.sleeping = len(done) == 0
+		q.mu.Unlock()
+		for _, i := range done {
+			inflight--
+			if !stopping {
+				q.arm(fd, i, cmdCommitAndFetch)
+			}
+		}
+		if err := q.r.enter(len(done) == 0); err != nil {
 			q.t.log(fmt.Sprintf("io_uring queue %d: %v", q.qid, err))
 			return
 		}
 		for c := q.r.peek(); c != nil; c = q.r.peek() {
-			i, res := int(c.userData), c.res
+			i, res := c.userData, c.res
 			q.r.advance()
+			if i == wakeTag {
+				q.armWake()
+				continue
+			}
 			q.armed--
 			if res < 0 {
-				// ENOTCONN, ECONNABORTED: the connection is going away (unmount).
-				// Anything else is a protocol error, logged as the classic
-				// loop logs a failed read or reply.
+				// ENOTCONN, ECONNABORTED: the connection is going away
+				// (unmount); replies still being made are dropped. Anything
+				// else is a protocol error, logged as the classic loop logs
+				// a failed read or reply.
+				stopping = true
 				err := unix.Errno(-res)
 				if err != unix.ENOTCONN && err != unix.ECONNABORTED && err != unix.ENODEV && stopErr == nil {
 					stopErr = err
@@ -374,18 +432,69 @@ func (q *queue) serve(fd int, h Handler) {
 				}
 				continue
 			}
-			if i < 0 || i >= len(q.ents) {
+			if i >= uint64(len(q.ents)) {
 				continue
 			}
-			q.handle(&q.ents[i], h)
-			q.arm(fd, i, cmdCommitAndFetch)
+			if offload != nil && offload(binary.LittleEndian.Uint32(q.ents[i].hdr[4:8])) {
+				inflight++
+				go func() { q.handle(int(i), h); q.finish(int(i)) }()
+				continue
+			}
+			q.handle(int(i), h)
+			q.served.Add(1)
+			q.arm(fd, int(i), cmdCommitAndFetch)
 		}
+	}
+}
+
+// ringThreads holds the thread ids of the queues' threads (OnRingThread).
+var ringThreads sync.Map
+
+// OnRingThread reports whether the caller runs on a queue's thread, where
+// it must not wait for the kernel to send another request.
+func OnRingThread() bool {
+	_, ok := ringThreads.Load(unix.Gettid())
+	return ok
+}
+
+// wakeTag marks the eventfd read's completions.
+const wakeTag = ^uint64(0)
+
+const opRead = 22 // IORING_OP_READ
+
+// armWake arms the read of the eventfd finished handlers write.
+func (q *queue) armWake() {
+	s := q.r.next()
+	if s == nil {
+		q.t.log(fmt.Sprintf("io_uring queue %d: submission ring full, wake-up read dropped", q.qid))
+		return
+	}
+	s.opcode = opRead
+	s.fd = int32(q.efd)
+	s.addr = uint64(uintptr(unsafe.Pointer(&q.efdBuf[0])))
+	s.len = 8
+	s.off = ^uint64(0)
+	s.userData = wakeTag
+}
+
+// finish hands entry i's reply back to the ring thread.
+func (q *queue) finish(i int) {
+	q.served.Add(1)
+	q.mu.Lock()
+	q.done = append(q.done, i)
+	wake := q.sleeping
+	q.sleeping = false
+	q.mu.Unlock()
+	if wake {
+		one := [8]byte{1}
+		_, _ = unix.Write(q.efd, one[:])
 	}
 }
 
 // handle decodes the request in e, has h answer it and leaves the reply in
 // e: the out header in in_out, the reply's arguments in the payload.
-func (q *queue) handle(e *entry, h Handler) {
+func (q *queue) handle(i int, h Handler) {
+	e := &q.ents[i]
 	hdr := e.hdr
 	length := int(binary.LittleEndian.Uint32(hdr[0:4]))
 	opcode := binary.LittleEndian.Uint32(hdr[4:8])
