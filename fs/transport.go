@@ -3,7 +3,9 @@ package fs
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 	"unsafe"
@@ -51,6 +53,7 @@ type Server struct {
 	mountpoint string
 	ring       *uring.Transport // nil: classic transport
 	ownMount   bool             // mounted here with our own /dev/fuse fd
+	procsOnce  sync.Once        // gives back addProcs' Ps once
 }
 
 // Unmount unmounts the filesystem; the server then ends.
@@ -81,7 +84,23 @@ func (s *Server) Wait() {
 	s.Server.Wait()
 	if s.ring != nil {
 		s.ring.Wait()
+		s.procsOnce.Do(func() { addProcs(-s.ring.Plan().Queues) })
 	}
+}
+
+// procsMu serializes addProcs.
+var procsMu sync.Mutex
+
+// addProcs gives the Go runtime n more Ps (n < 0: fewer) while rings run.
+// A ring's thread sleeps in io_uring_enter, and the runtime counts a
+// thread in a system call as holding its P until sysmon takes it back,
+// 20 µs to 10 ms later: with every P held so, the journal committer,
+// writeback and the handlers that left the rings would wait that long
+// each time they wake. One more P per ring keeps them running at once.
+func addProcs(n int) {
+	procsMu.Lock()
+	runtime.GOMAXPROCS(max(1, runtime.GOMAXPROCS(0)+n))
+	procsMu.Unlock()
 }
 
 // Transport names the transport requests use.
@@ -192,6 +211,7 @@ func (f *FS) newServer(raw fuse.RawFileSystem, mountpoint string, mo *fuse.Mount
 		return s, nil
 	}
 	s.ring = tr
+	addProcs(tr.Plan().Queues)
 	return s, nil
 }
 
