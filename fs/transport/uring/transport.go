@@ -239,7 +239,7 @@ type queue struct {
 	efd    int           // eventfd: handlers wake the sleeping ring thread
 	efdBuf [8]byte       // the eventfd read's target
 
-	mu       sync.Mutex // guards done, spare and sleeping
+	mu       sync.Mutex // guards done, spare, sleeping and closing efd
 	done     []int      // entries whose reply is ready to commit
 	spare    []int
 	sleeping bool // the ring thread waits in io_uring_enter: wake it
@@ -249,6 +249,9 @@ type entry struct {
 	hdr     []byte // 288 bytes: in_out[128], op_in[128], ring_ent_in_out[32]
 	payload []byte
 	inCopy  []byte // a request's small payload, copied before the reply may overwrite it
+	// committed: the entry's last command was COMMIT_AND_FETCH (not
+	// REGISTER); only the ring thread reads and writes it.
+	committed bool
 }
 
 // fuse_uring_req_header and fuse_uring_cmd_req offsets.
@@ -332,10 +335,12 @@ func (q *queue) release() {
 		q.r.close()
 		q.r = nil
 	}
+	q.mu.Lock()
 	if q.efd >= 0 {
 		_ = unix.Close(q.efd)
 		q.efd = -1
 	}
+	q.mu.Unlock()
 	if q.mem != nil {
 		_ = unix.Munmap(q.mem)
 		q.mem = nil
@@ -362,6 +367,7 @@ func (q *queue) arm(fd, i, op int) {
 		copy(s.cmd[8:16], q.ents[i].hdr[hdrCommitID:hdrCommitID+8])
 	}
 	binary.LittleEndian.PutUint16(s.cmd[16:18], uint16(q.qid))
+	q.ents[i].committed = op == cmdCommitAndFetch
 	q.armed++
 }
 
@@ -390,7 +396,6 @@ func (q *queue) register(fd int) error {
 // queued on this very ring. Their replies come back through done, with an
 // eventfd read armed in the ring to wake this thread when it sleeps.
 func (q *queue) serve(fd int, h Handler, offload func(opcode uint32) bool) {
-	var stopErr error
 	stopping := false
 	inflight := 0
 	q.armWake()
@@ -422,13 +427,19 @@ func (q *queue) serve(fd int, h Handler, offload func(opcode uint32) bool) {
 			if res < 0 {
 				// ENOTCONN, ECONNABORTED: the connection is going away
 				// (unmount); replies still being made are dropped. Anything
-				// else is a protocol error, logged as the classic loop logs
-				// a failed read or reply.
-				stopping = true
+				// else is logged, as the classic loop logs a failed read or
+				// reply, and a failed commit's entry is registered again:
+				// the kernel let go of it, and a queue that ran out of
+				// entries would leave its CPU's callers waiting for ever.
 				err := unix.Errno(-res)
-				if err != unix.ENOTCONN && err != unix.ECONNABORTED && err != unix.ENODEV && stopErr == nil {
-					stopErr = err
-					q.t.log(fmt.Sprintf("io_uring queue %d: request exchange failed: %v", q.qid, err))
+				if err == unix.ENOTCONN || err == unix.ECONNABORTED || err == unix.ENODEV {
+					stopping = true
+					continue
+				}
+				q.t.log(fmt.Sprintf("io_uring queue %d: request exchange failed: %v", q.qid, err))
+				if !stopping && i < uint64(len(q.ents)) && q.ents[i].committed {
+					q.ents[i].committed = false
+					q.arm(fd, int(i), cmdRegister)
 				}
 				continue
 			}
@@ -480,15 +491,16 @@ func (q *queue) armWake() {
 // finish hands entry i's reply back to the ring thread.
 func (q *queue) finish(i int) {
 	q.served.Add(1)
+	// The write is made under mu: once the ring thread has taken the last
+	// entry it may end and close the eventfd (release takes mu for that).
 	q.mu.Lock()
 	q.done = append(q.done, i)
-	wake := q.sleeping
-	q.sleeping = false
-	q.mu.Unlock()
-	if wake {
+	if q.sleeping {
+		q.sleeping = false
 		one := [8]byte{1}
 		_, _ = unix.Write(q.efd, one[:])
 	}
+	q.mu.Unlock()
 }
 
 // handle decodes the request in e, has h answer it and leaves the reply in
