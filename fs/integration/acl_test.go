@@ -176,6 +176,25 @@ func TestACL(t *testing.T) {
 	if got := lstatT(t, sg).Mode & 0o7777; got != 0o775 {
 		t.Errorf("setfacl by the owner outside the group: mode %o, want 775", got)
 	}
+	// The kernel sends that flag with a default ACL too, but only an
+	// access ACL clears the bit (fuse.h; ext4, XFS): a shared set-group-ID
+	// directory keeps it when its owner gives it a default ACL.
+	sgd := m.path("sgid-dir")
+	if err := os.Mkdir(sgd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(sgd, nobody, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(sgd, 0o2775); err != nil {
+		t.Fatal(err)
+	}
+	if !nobodyCan(t, "setfacl -d -m u:daemon:rx "+sgd) {
+		t.Fatal("the owner cannot set a default ACL")
+	}
+	if got := lstatT(t, sgd).Mode & 0o7777; got != 0o2775 {
+		t.Errorf("default ACL set by the owner outside the group: mode %o, want 2775", got)
+	}
 
 	// Default ACLs: a new file takes them instead of the umask; a new
 	// directory takes them and passes them on.

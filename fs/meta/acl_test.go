@@ -103,8 +103,15 @@ func TestACLStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Setxattr(d, XattrACLDefault, full, 0); err != nil {
+	m = syscall.S_ISGID | 0o755
+	if err := s.Setattr(d, SetAttr{Mode: &m}); err != nil {
 		t.Fatal(err)
+	}
+	if err := s.Setxattr(d, XattrACLDefault, full, XattrKillSGID); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.Attr().Mode & 0o7777; got != syscall.S_ISGID|0o755 {
+		t.Errorf("a default ACL set by someone outside the group: mode %o, want 2755 (only an access ACL clears set-group-ID)", got)
 	}
 	c, err := s.Create(d, "c", NewInode{Mode: syscall.S_IFREG | 0o666, Umask: 0o077})
 	if err != nil {

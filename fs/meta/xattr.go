@@ -11,8 +11,9 @@ import (
 )
 
 // Xattr flags (setxattr(2)), and XattrKillSGID: an ACL set by a caller
-// the kernel found outside the file's group and without CAP_FSETID, which
-// clears the set-group-ID bit (as posix_acl_update_mode).
+// the kernel found outside the file's group and without CAP_FSETID; an
+// access ACL set so clears the set-group-ID bit (as posix_acl_update_mode),
+// a default ACL does not.
 const (
 	XattrCreate   = 1
 	XattrReplace  = 2
@@ -136,7 +137,9 @@ func (s *Store) Setxattr(in *Inode, name string, value []byte, flags uint32) err
 		if mode, store, err = aclXattrSet(in, name, value); err != nil {
 			return err
 		}
-		if flags&XattrKillSGID != 0 {
+		// The kernel sends the flag with either ACL; only the access
+		// ACL clears the bit (fuse.h, posix_acl_update_mode).
+		if flags&XattrKillSGID != 0 && name == XattrACLAccess {
 			mode &^= syscall.S_ISGID
 		}
 	}
