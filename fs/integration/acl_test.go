@@ -167,8 +167,12 @@ func TestACL(t *testing.T) {
 	if err := os.Chown(sg, nobody, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(sg, 0o2775); err != nil {
+	// unix.Chmod: os.Chmod takes os.ModeSetgid, not 0o2000.
+	if err := unix.Chmod(sg, 0o2775); err != nil {
 		t.Fatal(err)
+	}
+	if got := lstatT(t, sg).Mode & 0o7777; got != 0o2775 {
+		t.Fatalf("chmod 2775: mode %o", got)
 	}
 	if !nobodyCan(t, "setfacl -m u:daemon:r "+sg) {
 		t.Fatal("the owner cannot set an ACL")
@@ -186,7 +190,7 @@ func TestACL(t *testing.T) {
 	if err := os.Chown(sgd, nobody, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(sgd, 0o2775); err != nil {
+	if err := unix.Chmod(sgd, 0o2775); err != nil {
 		t.Fatal(err)
 	}
 	if !nobodyCan(t, "setfacl -d -m u:daemon:rx "+sgd) {
