@@ -127,13 +127,17 @@ func (a aclFS) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string
 // aclMountOptions asks for kernel ACL enforcement when the store keeps
 // ACLs: FUSE_POSIX_ACL, the extended SETXATTR that carries the
 // set-group-ID flag, and MS_POSIXACL, with which the kernel sends the
-// umask instead of applying it.
+// umask instead of applying it. MS_POSIXACL only reaches the kernel when
+// go-fuse mounts directly; when it falls back to fusermount (no privilege
+// to mount) the flag is lost, so FUSE_DONT_MASK says the same in INIT,
+// else the kernel would apply the umask before a default ACL could
+// replace it.
 func (f *FS) aclMountOptions(mo *fuse.MountOptions) {
 	if !f.Store.ACL() {
 		return
 	}
 	mo.EnableAcl = true
-	mo.ExtraCapabilities |= fuse.CAP_SETXATTR_EXT
+	mo.ExtraCapabilities |= fuse.CAP_SETXATTR_EXT | fuse.CAP_DONT_MASK
 	mo.DirectMountFlags |= unix.MS_POSIXACL
 }
 
