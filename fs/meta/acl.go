@@ -16,25 +16,24 @@ import (
 // inheriting a directory's default ACL, keeping the access ACL and the
 // mode in step, and storing no ACL that the mode alone expresses.
 const (
-	XattrACLAccess  = "system.posix_acl_access"
-	XattrACLDefault = "system.posix_acl_default"
+	XattrACLAccess  = format.ACLAccessXattr
+	XattrACLDefault = format.ACLDefaultXattr
 )
 
 // IsACLName reports whether name is one of the two POSIX ACL xattrs.
 func IsACLName(name string) bool { return name == XattrACLAccess || name == XattrACLDefault }
 
-// ACL entry tags and the xattr header version (include/uapi/linux/posix_acl*.h).
+// ACL entry tags and the xattr form (fs/format/acl.go).
 const (
-	aclUserObj  = 0x01
-	aclUser     = 0x02
-	aclGroupObj = 0x04
-	aclGroup    = 0x08
-	aclMask     = 0x10
-	aclOther    = 0x20
+	aclUserObj  = format.ACLUserObj
+	aclUser     = format.ACLUser
+	aclGroupObj = format.ACLGroupObj
+	aclGroup    = format.ACLGroup
+	aclMask     = format.ACLMask
+	aclOther    = format.ACLOther
 
-	aclVersion   = 2
-	aclEntrySize = 8 // tag u16, perm u16, id u32
-	aclMaxCount  = 1024
+	aclVersion   = format.ACLVersion
+	aclEntrySize = format.ACLEntrySize
 )
 
 type aclEntry struct {
@@ -45,38 +44,16 @@ type aclEntry struct {
 // acl is a decoded ACL, entries in the order stored.
 type acl []aclEntry
 
-// parseACL decodes and checks an ACL xattr value as posix_acl_valid does:
-// one owner, owning-group and other entry, a mask whenever there are
-// named entries, permissions within rwx. EINVAL otherwise.
+// parseACL checks an ACL xattr value as posix_acl_valid does
+// (format.CheckACL) and decodes it; EINVAL if it is not valid.
 func parseACL(b []byte) (acl, error) {
-	if len(b) < 4 || (len(b)-4)%aclEntrySize != 0 || binary.LittleEndian.Uint32(b) != aclVersion {
+	if format.CheckACL(b) != nil {
 		return nil, syscall.EINVAL
 	}
-	n := (len(b) - 4) / aclEntrySize
-	if n > aclMaxCount {
-		return nil, syscall.EINVAL
-	}
-	a := make(acl, n)
-	var seen [0x21]int
-	named := false
+	a := make(acl, (len(b)-4)/aclEntrySize)
 	for i := range a {
 		e := b[4+i*aclEntrySize:]
 		a[i] = aclEntry{tag: binary.LittleEndian.Uint16(e), perm: binary.LittleEndian.Uint16(e[2:]), id: binary.LittleEndian.Uint32(e[4:])}
-		switch a[i].tag {
-		case aclUser, aclGroup:
-			named = true
-		case aclUserObj, aclGroupObj, aclMask, aclOther:
-		default:
-			return nil, syscall.EINVAL
-		}
-		if a[i].perm&^7 != 0 {
-			return nil, syscall.EINVAL
-		}
-		seen[a[i].tag]++
-	}
-	if seen[aclUserObj] != 1 || seen[aclGroupObj] != 1 || seen[aclOther] != 1 || seen[aclMask] > 1 ||
-		(named && seen[aclMask] != 1) {
-		return nil, syscall.EINVAL
 	}
 	return a, nil
 }

@@ -22,6 +22,12 @@ func TestParseACLRejects(t *testing.T) {
 		"named, no mask": aclOf(u, aclEntry{tag: aclUser, perm: 4, id: 9}, g, o),
 		"bad tag":        aclOf(u, g, o, aclEntry{tag: 0x40}),
 		"bad perm":       aclOf(u, g, aclEntry{tag: aclOther, perm: 8}),
+		// posix_acl_permission reads them in this order, and an ACL read
+		// back is not checked again by the kernel.
+		"group before user": aclOf(u, g, aclEntry{tag: aclUser, perm: 4, id: 9}, aclEntry{tag: aclMask, perm: 7}, o),
+		"mask after other":  aclOf(u, aclEntry{tag: aclUser, perm: 4, id: 9}, g, o, aclEntry{tag: aclMask, perm: 7}),
+		"named, no id":      aclOf(u, aclEntry{tag: aclUser, perm: 4, id: 0xffffffff}, g, aclEntry{tag: aclMask, perm: 7}, o),
+		"no entries":        aclOf(),
 	}
 	for name, b := range bad {
 		if _, err := parseACL(b); !errors.Is(err, syscall.EINVAL) {
@@ -30,6 +36,11 @@ func TestParseACLRejects(t *testing.T) {
 	}
 	if _, err := parseACL(aclOf(u, g, o)); err != nil {
 		t.Errorf("minimal ACL: %v", err)
+	}
+	full := aclOf(u, aclEntry{tag: aclUser, perm: 4, id: 9}, aclEntry{tag: aclUser, perm: 6, id: 3}, g,
+		aclEntry{tag: aclGroup, perm: 1, id: 5}, aclEntry{tag: aclMask, perm: 7}, o)
+	if _, err := parseACL(full); err != nil {
+		t.Errorf("ACL with named entries: %v", err)
 	}
 }
 
