@@ -3,10 +3,10 @@
 // mount does (package meta, through the narrow interfaces in host.go: it
 // never sees the Store), then holds what the trees say against itself: the
 // superblock copies, the trees' structure, every extent (inside the data
-// area, no two overlapping), the directory tree, link and block counts, the
-// free-space records and the AG counters. Repairs change the trees in
-// memory; one new checkpoint makes them durable, or, when a problem is
-// left that cannot be repaired, nothing is written.
+// area, no two overlapping), the directory tree, link and block counts,
+// stored POSIX ACLs, the free-space records and the AG counters. Repairs
+// change the trees in memory; one new checkpoint makes them durable, or,
+// when a problem is left that cannot be repaired, nothing is written.
 package fsck
 
 import (

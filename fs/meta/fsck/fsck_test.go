@@ -341,3 +341,49 @@ func TestCheckRecountsAGHeader(t *testing.T) {
 		t.Fatalf("fsck -y: exit %d, %d checkpoints, counters %d/%d: %q", rep.ExitCode(), fi.checkpoints, fi.inodes, fi.next, rep.Problems)
 	}
 }
+
+// aclVal encodes ACL entries (tag, perm, id each) in the xattr form.
+func aclVal(e ...uint32) []byte {
+	b := binary.LittleEndian.AppendUint32(nil, format.ACLVersion)
+	for i := 0; i+2 < len(e); i += 3 {
+		b = binary.LittleEndian.AppendUint16(b, uint16(e[i]))
+		b = binary.LittleEndian.AppendUint16(b, uint16(e[i+1]))
+		b = binary.LittleEndian.AppendUint32(b, e[i+2])
+	}
+	return b
+}
+
+// TestCheckACLs: a stored ACL the kernel would refuse (a named entry after
+// the owning group, which its permission check would misread) is reported
+// by -n and removed by -y; a valid one is left alone, and the next run is
+// clean.
+func TestCheckACLs(t *testing.T) {
+	fi, dev := newFakeImage(t)
+	const none = 0xffffffff
+	good := aclVal(format.ACLUserObj, 7, none, format.ACLUser, 5, 65534, format.ACLGroupObj, 5, none,
+		format.ACLMask, 5, none, format.ACLOther, 0, none)
+	bad := aclVal(format.ACLUserObj, 7, none, format.ACLGroupObj, 5, none, format.ACLUser, 5, 65534,
+		format.ACLMask, 5, none, format.ACLOther, 0, none)
+	fi.put(format.XattrKey(rootIno, format.ACLDefaultXattr, 0), good)
+	fi.put(format.XattrKey(2, format.ACLAccessXattr, 0), bad)
+	fi.put(format.XattrKey(2, "user.other", 0), []byte("not an ACL"))
+	rep := run(t, fi, dev, false)
+	if len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0], "inode 2: stored system.posix_acl_access") || rep.Wrote {
+		t.Fatalf("-n: %q, wrote %v", rep.Problems, rep.Wrote)
+	}
+	rep = run(t, fi, dev, true)
+	if rep.ExitCode() != Corrected || fi.checkpoints != 1 {
+		t.Fatalf("-y: exit %d, %d checkpoints: %q", rep.ExitCode(), fi.checkpoints, rep.Problems)
+	}
+	if _, ok, _ := fi.trees[0].Get(format.XattrKey(2, format.ACLAccessXattr, 0)); ok {
+		t.Error("-y kept the bad ACL")
+	}
+	for _, k := range [][]byte{format.XattrKey(rootIno, format.ACLDefaultXattr, 0), format.XattrKey(2, "user.other", 0)} {
+		if _, ok, _ := fi.trees[0].Get(k); !ok {
+			t.Errorf("-y removed % x", k)
+		}
+	}
+	if rep := run(t, fi, dev, false); len(rep.Problems) != 0 {
+		t.Fatalf("after -y: %q", rep.Problems)
+	}
+}

@@ -71,6 +71,7 @@ func (f *fsck) checkTrees() {
 	orphans := map[uint64]bool{}
 	counts := make([]agCount, len(trees))
 	freeBad := false // a free-space record is malformed or misplaced
+	var acls storedACLs
 	for ag, t := range trees {
 		cnt := &counts[ag]
 		for _, err := range t.Check(func(blk uint64, level int) {
@@ -101,7 +102,7 @@ func (f *fsck) checkTrees() {
 			case len(k) > 0 && k[0] == format.KeyAG:
 				cnt.agKey(ag, k, v)
 			case len(k) > 0 && k[0] == format.KeyInoSpc:
-				ino, kind, _, err := format.InoKey(k)
+				ino, kind, rest, err := format.InoKey(k)
 				if err != nil {
 					f.problem(false, "AG %d: %v", ag, err)
 					return true
@@ -135,7 +136,14 @@ func (f *fsck) checkTrees() {
 						return true
 					}
 					dirents = append(dirents, dirent{ino, child, name})
-				case format.KindTarget, format.KindXattr:
+				case format.KindXattr:
+					// rest: name, 0, chunk number (format.XattrKey).
+					if n := len(rest); n >= 3 && rest[n-2] == 0 {
+						if name := string(rest[:n-2]); name == format.ACLAccessXattr || name == format.ACLDefaultXattr {
+							acls.add(ag, ino, name, v)
+						}
+					}
+				case format.KindTarget:
 				default:
 					cnt.unknownKey(k)
 				}
@@ -176,6 +184,7 @@ func (f *fsck) checkTrees() {
 			owners = append(owners, owner{x.e.PBlk, x.e.Len, fmt.Sprintf("inode %d", x.ino)})
 		}
 	}
+	f.checkACLs(acls)
 	f.checkSpace(owners, freeBad)
 	f.checkCounters(counts)
 	// Directory entries.
@@ -353,4 +362,50 @@ type extent struct{ LBlk, Len, PBlk uint64 }
 func decodeExtent(k, v []byte) (extent, error) {
 	lblk, n, pblk, _, _, err := format.DecodeExtent(k, v)
 	return extent{LBlk: lblk, Len: n, PBlk: pblk}, err
+}
+
+// storedACL is one POSIX ACL xattr as its chunks hold it.
+type storedACL struct {
+	ag     int
+	ino    uint64
+	name   string
+	val    []byte
+	chunks int
+}
+
+// storedACLs are the ACL xattrs in key order: an xattr's chunks are
+// consecutive keys.
+type storedACLs []storedACL
+
+func (a *storedACLs) add(ag int, ino uint64, name string, chunk []byte) {
+	if n := len(*a); n > 0 && (*a)[n-1].ino == ino && (*a)[n-1].name == name {
+		(*a)[n-1].val = append((*a)[n-1].val, chunk...)
+		(*a)[n-1].chunks++
+		return
+	}
+	*a = append(*a, storedACL{ag: ag, ino: ino, name: name, val: append([]byte(nil), chunk...), chunks: 1})
+}
+
+// checkACLs checks every stored POSIX ACL as the kernel checks one it is
+// given (it does not check one it reads back, and its permission check
+// relies on the entries' order). As xfs_repair does, -y removes an ACL
+// that is not valid: the mode alone then governs access, and an access
+// ACL's mask was already the mode's group bits.
+func (f *fsck) checkACLs(acls storedACLs) {
+	trees := f.img.Trees()
+	for _, a := range acls {
+		err := format.CheckACL(a.val)
+		if err == nil {
+			continue
+		}
+		if !f.problem(true, "inode %d: stored %s: %v: removed", a.ino, a.name, err) {
+			continue
+		}
+		for i := range a.chunks {
+			if _, err := trees[a.ag].Delete(format.XattrKey(a.ino, a.name, i)); err != nil {
+				f.problem(false, "removing inode %d's %s: %v", a.ino, a.name, err)
+			}
+		}
+		f.fixes++
+	}
 }
