@@ -207,8 +207,8 @@ func TestACL(t *testing.T) {
 		t.Fatal(err)
 	}
 	runCmd(t, "setfacl", "-d", "-m", "u:nobody:rwx,g::rwx,o::---", dir)
-	sh(t, fmt.Sprintf("umask 022 && touch %s/f && mkdir %s/sub && touch %s/plain", dir, dir, m.dir))
-	modes := map[string]uint32{dir + "/f": 0o660, dir + "/sub": 0o770, m.path("plain"): 0o644}
+	sh(t, fmt.Sprintf("umask 022 && touch %s/f && mkdir %s/sub && touch %s/plain && mkfifo %s/fifo", dir, dir, m.dir, dir))
+	modes := map[string]uint32{dir + "/f": 0o660, dir + "/sub": 0o770, m.path("plain"): 0o644, dir + "/fifo": 0o660}
 	for f, want := range modes {
 		if got := lstatT(t, f).Mode & 0o777; got != want {
 			t.Errorf("%s: mode %o, want %o", f, got, want)
@@ -222,6 +222,10 @@ func TestACL(t *testing.T) {
 	}
 	if !nobodyCan(t, "echo x > "+dir+"/f") {
 		t.Error("nobody cannot write a file its inherited ACL grants")
+	}
+	// mknod inherits too.
+	if !hasLine(runCmd(t, "getfacl", "-c", dir+"/fifo"), "user:nobody:rwx\t#effective:rw-") {
+		t.Errorf("mkfifo did not inherit the default ACL:\n%s", runCmd(t, "getfacl", "-c", dir+"/fifo"))
 	}
 
 	m = m.remount(t)

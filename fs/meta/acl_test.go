@@ -138,6 +138,17 @@ func TestACLStore(t *testing.T) {
 	if got := sub.Attr().Mode & 0o777; got != 0o770 {
 		t.Errorf("directory under a default ACL: mode %o, want 770", got)
 	}
+	// A symbolic link gets no ACL (posix_acl_create); its mode stays 777.
+	ln, err := s.Create(d, "ln", NewInode{Mode: syscall.S_IFLNK | 0o777, Target: "c", Umask: 0o077})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names, err := s.Listxattr(ln); err != nil || len(names) != 0 {
+		t.Errorf("symbolic link under a default ACL: xattrs %q (%v), want none", names, err)
+	}
+	if got := ln.Attr().Mode & 0o777; got != 0o777 {
+		t.Errorf("symbolic link under a default ACL: mode %o, want 777", got)
+	}
 	cIno, subIno := c.Ino(), sub.Ino()
 
 	// Reopen: what the creates stored is on the device.
