@@ -5,6 +5,8 @@ import (
 	"errors"
 	"syscall"
 	"testing"
+
+	"github.com/streamfs/streamfs/fs/format"
 )
 
 func aclOf(es ...aclEntry) []byte { return acl(es).encode() }
@@ -189,5 +191,43 @@ func TestNoACLStore(t *testing.T) {
 		if _, err := s.Getxattr(f, name); !errors.Is(err, syscall.EOPNOTSUPP) {
 			t.Errorf("get %s: %v, want EOPNOTSUPP", name, err)
 		}
+	}
+}
+
+// TestFsckStoredACL: an access ACL stored out of the kernel's order (which
+// its permission check would misread, and which chmod then refuses as
+// corruption) is reported by fsck -n and removed by fsck -y; chmod works
+// on the repaired filesystem.
+func TestFsckStoredACL(t *testing.T) {
+	base := fsckImageN(t, 3)
+	bad := aclOf(aclEntry{tag: aclUserObj, perm: 7}, aclEntry{tag: aclGroupObj, perm: 5},
+		aclEntry{tag: aclUser, perm: 7, id: 65534}, aclEntry{tag: aclMask, perm: 7}, aclEntry{tag: aclOther, perm: 0})
+	p := damagedCopy(t, base, false, func(s *Store) {
+		if err := s.treeFor(RootIno).Put(format.XattrKey(RootIno, XattrACLAccess, 0), bad); err != nil {
+			t.Fatal(err)
+		}
+	})
+	opts := testOpts()
+	opts.ACL = true
+	chmod := func() error {
+		fd := openImage(t, p)
+		defer fd.Close()
+		s, err := Open(fd, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := uint32(0o750)
+		err = s.Setattr(s.Root(), SetAttr{Mode: &m})
+		if cerr := s.Close(); cerr != nil {
+			t.Fatal(cerr)
+		}
+		return err
+	}
+	if err := chmod(); !errors.Is(err, format.ErrCorrupt) {
+		t.Fatalf("chmod with the damaged ACL: %v, want corruption", err)
+	}
+	fsckRepairCycle(t, p, "inode 1: stored system.posix_acl_access")
+	if err := chmod(); err != nil {
+		t.Fatalf("chmod after repair: %v", err)
 	}
 }
