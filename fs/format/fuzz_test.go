@@ -36,30 +36,6 @@ func allRecords() []*Record {
 	}
 }
 
-// encodeRecord appends r with the encoder method for its type.
-func encodeRecord(e *Encoder, r *Record) {
-	switch r.Type {
-	case RecInode:
-		e.Inode(&r.Inode)
-	case RecFree:
-		e.Free(r.Ino)
-	case RecLink:
-		e.Link(r.Parent, r.Ino, r.Mode, r.Name)
-	case RecUnlink:
-		e.Unlink(r.Parent, r.Name)
-	case RecMap:
-		e.Map(r.Ino, r.LBlk, r.Len, r.PBlk, r.Flags, r.Stream)
-	case RecPunch:
-		e.Punch(r.Ino, r.LBlk, r.Len)
-	case RecXattr:
-		e.Xattr(r.Ino, r.Name, r.Value)
-	case RecXattrDel:
-		e.XattrDel(r.Ino, r.Name)
-	default:
-		panic("unknown record type")
-	}
-}
-
 func decodeAll(b []byte) ([]*Record, error) {
 	var out []*Record
 	err := DecodeRecords(b, func(r *Record) error { out = append(out, r); return nil })
@@ -69,7 +45,7 @@ func decodeAll(b []byte) ([]*Record, error) {
 func TestRecordRoundTrip(t *testing.T) {
 	for _, r := range allRecords() {
 		var e Encoder
-		encodeRecord(&e, r)
+		e.Record(r)
 		got, err := decodeAll(e.Buf)
 		if err != nil {
 			t.Fatalf("type %d: %v", r.Type, err)
@@ -81,7 +57,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	// A stream of all of them decodes in order.
 	var e Encoder
 	for _, r := range allRecords() {
-		encodeRecord(&e, r)
+		e.Record(r)
 	}
 	got, err := decodeAll(e.Buf)
 	if err != nil || !reflect.DeepEqual(got, allRecords()) {
@@ -92,6 +68,34 @@ func TestRecordRoundTrip(t *testing.T) {
 	n := 0
 	if err := DecodeRecords(e.Buf, func(*Record) error { n++; return stop }); err != stop || n != 1 {
 		t.Fatalf("fn error: %v after %d records", err, n)
+	}
+}
+
+// TestRecordValidate: what a writer applies from the in-memory form is
+// checked as decoding checks it.
+func TestRecordValidate(t *testing.T) {
+	for _, r := range allRecords() {
+		if err := r.Validate(); err != nil {
+			t.Fatalf("type %d: %v", r.Type, err)
+		}
+	}
+	for _, r := range []*Record{
+		{Type: RecInode, Inode: InodeRec{Ino: 5}, Ino: 6},
+		{Type: RecInode, Inode: InodeRec{Ino: 5, StreamSrc: StreamSrcRule + 1}, Ino: 5},
+		{Type: RecInode, Inode: InodeRec{Ino: 5, Target: strings.Repeat("t", MaxTargetLen+1)}, Ino: 5},
+		{Type: RecLink, Parent: 1, Ino: 2, Name: "a/b"},
+		{Type: RecLink, Parent: 1, Ino: 2, Mode: 0o644, Name: "a"},
+		{Type: RecUnlink, Parent: 1, Name: ".."},
+		{Type: RecMap, Ino: 2, Len: 0},
+		{Type: RecMap, Ino: 2, LBlk: 1, Len: 1, Flags: 2},
+		{Type: RecPunch, Ino: 2, LBlk: 1 << 63, Len: 1 << 63},
+		{Type: RecXattr, Ino: 2, Name: "user.x", Value: make([]byte, MaxXattrValue+1)},
+		{Type: RecXattrDel, Ino: 2, Name: strings.Repeat("x", MaxXattrName+1)},
+		{Type: 9},
+	} {
+		if err := r.Validate(); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%+v: Validate %v, want ErrCorrupt", r.Type, err)
+		}
 	}
 }
 
@@ -322,9 +326,9 @@ func FuzzDecodeRecords(f *testing.F) {
 	var all Encoder
 	for _, r := range allRecords() {
 		var e Encoder
-		encodeRecord(&e, r)
+		e.Record(r)
 		f.Add(e.Buf)
-		encodeRecord(&all, r)
+		all.Record(r)
 	}
 	f.Add(all.Buf)
 	f.Add([]byte{})
@@ -353,7 +357,7 @@ func FuzzDecodeRecords(f *testing.F) {
 					t.Fatalf("accepted name %q", r.Name)
 				}
 			}
-			encodeRecord(&e, r)
+			e.Record(r)
 		}
 		if !bytes.Equal(e.Buf, b) {
 			t.Fatalf("re-encoding differs:\n%x\n%x", e.Buf, b)

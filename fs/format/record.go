@@ -195,6 +195,29 @@ func (e *Encoder) XattrDel(ino uint64, name string) {
 	e.end(s)
 }
 
+// Record appends r, whichever its type (Validate it first: a record that
+// does not validate would not decode).
+func (e *Encoder) Record(r *Record) {
+	switch r.Type {
+	case RecInode:
+		e.Inode(&r.Inode)
+	case RecFree:
+		e.Free(r.Ino)
+	case RecLink:
+		e.Link(r.Parent, r.Ino, r.Mode, r.Name)
+	case RecUnlink:
+		e.Unlink(r.Parent, r.Name)
+	case RecMap:
+		e.Map(r.Ino, r.LBlk, r.Len, r.PBlk, r.Flags, r.Stream)
+	case RecPunch:
+		e.Punch(r.Ino, r.LBlk, r.Len)
+	case RecXattr:
+		e.Xattr(r.Ino, r.Name, r.Value)
+	case RecXattrDel:
+		e.XattrDel(r.Ino, r.Name)
+	}
+}
+
 // decoder reads one record body with bounds checks; the first error sticks.
 type decoder struct {
 	b   []byte
@@ -246,14 +269,6 @@ func (d *decoder) str(max int) string {
 		return ""
 	}
 	return string(d.need(n))
-}
-
-func (d *decoder) name() string {
-	s := d.str(MaxNameLen)
-	if d.err == nil && !ValidName(s) {
-		d.err = fmt.Errorf("invalid name %q: %w", s, ErrCorrupt)
-	}
-	return s
 }
 
 // ValidName reports whether s may be a directory entry name.
@@ -318,26 +333,17 @@ func decodeRecord(t uint8, body []byte) (*Record, error) {
 		in.Blocks = d.u64()
 		in.StreamSrc = d.u8()
 		in.Target = d.str(MaxTargetLen)
-		if d.err == nil && in.StreamSrc > StreamSrcRule {
-			d.err = fmt.Errorf("inode stream source %d: %w", in.StreamSrc, ErrCorrupt)
-		}
 		r.Ino = in.Ino
-		if d.err == nil && in.Size > 1<<62 {
-			d.err = fmt.Errorf("inode size %d: %w", in.Size, ErrCorrupt)
-		}
 	case RecFree:
 		r.Ino = d.u64()
 	case RecLink:
 		r.Parent = d.u64()
 		r.Ino = d.u64()
 		r.Mode = d.u32()
-		r.Name = d.name()
-		if d.err == nil && r.Mode&^0o170000 != 0 {
-			d.err = fmt.Errorf("directory entry mode %#o has more than type bits: %w", r.Mode, ErrCorrupt)
-		}
+		r.Name = d.str(MaxNameLen)
 	case RecUnlink:
 		r.Parent = d.u64()
-		r.Name = d.name()
+		r.Name = d.str(MaxNameLen)
 	case RecMap:
 		r.Ino = d.u64()
 		r.LBlk = d.u64()
@@ -345,16 +351,10 @@ func decodeRecord(t uint8, body []byte) (*Record, error) {
 		r.PBlk = d.u64()
 		r.Flags = d.u32()
 		r.Stream = d.u32()
-		if d.err == nil && (r.Len == 0 || r.LBlk+r.Len < r.LBlk || r.PBlk+r.Len < r.PBlk || r.Flags&^ExtUnwritten != 0) {
-			d.err = fmt.Errorf("extent %d+%d at %d flags %#x: %w", r.LBlk, r.Len, r.PBlk, r.Flags, ErrCorrupt)
-		}
 	case RecPunch:
 		r.Ino = d.u64()
 		r.LBlk = d.u64()
 		r.Len = d.u64()
-		if d.err == nil && (r.Len == 0 || r.LBlk+r.Len < r.LBlk) {
-			d.err = fmt.Errorf("punch %d+%d: %w", r.LBlk, r.Len, ErrCorrupt)
-		}
 	case RecXattr:
 		r.Ino = d.u64()
 		r.Name = d.str(MaxXattrName)
@@ -377,5 +377,54 @@ func decodeRecord(t uint8, body []byte) (*Record, error) {
 	if len(d.b) != 0 {
 		return nil, fmt.Errorf("record type %d has %d trailing bytes: %w", t, len(d.b), ErrCorrupt)
 	}
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
 	return r, nil
+}
+
+// Validate checks what every decoded record must satisfy beyond its
+// length: decoding runs it, and so does a writer that applies a record
+// from its in-memory form, so that what it applies is what replay would.
+func (r *Record) Validate() error {
+	switch r.Type {
+	case RecInode:
+		in := &r.Inode
+		switch {
+		case len(in.Target) > MaxTargetLen:
+			return fmt.Errorf("string of %d bytes (max %d): %w", len(in.Target), MaxTargetLen, ErrCorrupt)
+		case in.StreamSrc > StreamSrcRule:
+			return fmt.Errorf("inode stream source %d: %w", in.StreamSrc, ErrCorrupt)
+		case in.Size > 1<<62:
+			return fmt.Errorf("inode size %d: %w", in.Size, ErrCorrupt)
+		case r.Ino != in.Ino:
+			return fmt.Errorf("inode record of %d names inode %d: %w", in.Ino, r.Ino, ErrCorrupt)
+		}
+	case RecLink, RecUnlink:
+		if !ValidName(r.Name) {
+			return fmt.Errorf("invalid name %q: %w", r.Name, ErrCorrupt)
+		}
+		if r.Mode&^0o170000 != 0 {
+			return fmt.Errorf("directory entry mode %#o has more than type bits: %w", r.Mode, ErrCorrupt)
+		}
+	case RecMap:
+		if r.Len == 0 || r.LBlk+r.Len < r.LBlk || r.PBlk+r.Len < r.PBlk || r.Flags&^ExtUnwritten != 0 {
+			return fmt.Errorf("extent %d+%d at %d flags %#x: %w", r.LBlk, r.Len, r.PBlk, r.Flags, ErrCorrupt)
+		}
+	case RecPunch:
+		if r.Len == 0 || r.LBlk+r.Len < r.LBlk {
+			return fmt.Errorf("punch %d+%d: %w", r.LBlk, r.Len, ErrCorrupt)
+		}
+	case RecXattr, RecXattrDel:
+		if len(r.Name) > MaxXattrName {
+			return fmt.Errorf("string of %d bytes (max %d): %w", len(r.Name), MaxXattrName, ErrCorrupt)
+		}
+		if len(r.Value) > MaxXattrValue {
+			return fmt.Errorf("xattr value of %d bytes: %w", len(r.Value), ErrCorrupt)
+		}
+	case RecFree:
+	default:
+		return fmt.Errorf("unknown record type %d: %w", r.Type, ErrCorrupt)
+	}
+	return nil
 }

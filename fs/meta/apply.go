@@ -390,47 +390,75 @@ type txn struct {
 	inline [320]byte
 }
 
-func (t *txn) add(start int) {
-	if t.err != nil {
-		return
-	}
-	defer t.failed()
-	t.err = format.DecodeRecords(t.e.Buf[start:], func(r *format.Record) error {
-		if t.hint == 0 {
-			t.hint = max(r.Ino, r.Inode.Ino, r.Parent)
-		}
-		return t.s.apply(r, &t.freed)
-	})
-}
-
-func (t *txn) inode(a *format.InodeRec) { n := len(t.e.Buf); t.e.Inode(a); t.add(n) }
-func (t *txn) free(ino uint64)          { n := len(t.e.Buf); t.e.Free(ino); t.add(n) }
-func (t *txn) unlink(parent uint64, name string) {
-	n := len(t.e.Buf)
-	t.e.Unlink(parent, name)
-	t.add(n)
-}
-func (t *txn) link(parent, ino uint64, mode uint32, name string) {
-	n := len(t.e.Buf)
-	t.e.Link(parent, ino, mode, name)
-	t.add(n)
-}
-
-// mapExt journals and applies a mapping without decoding the record again
-// (it runs for every allocating write): it applies exactly what replay
-// applies for RecMap, whose checks the caller's extent passes by
-// construction (format's TestRecordRoundTrip keeps the encoding lossless,
-// and the power-loss test replays what this applied).
-func (t *txn) mapExt(ino uint64, x Extent) {
-	t.e.Map(ino, x.LBlk, x.Len, x.PBlk, x.Flags, x.Stream)
+// rec journals r and applies it from its in-memory form: no operation
+// decodes the bytes it just encoded.
+// Replay applies the decoded bytes through the same apply, so the two
+// agree as long as the encoding is lossless for what apply reads:
+// Validate runs the decoder's checks on r here, format's round-trip test
+// keeps the encoding lossless, tests decode every record the live path
+// journals and compare it with r (checkRecords), and
+// TestLiveReplayTrees compares the trees of a live run with a replay.
+func (t *txn) rec(r *format.Record) {
+	t.e.Record(r)
 	if t.err != nil {
 		return
 	}
 	if t.hint == 0 {
-		t.hint = ino
+		t.hint = max(r.Ino, r.Inode.Ino, r.Parent)
 	}
-	t.err = t.s.applyMap(ino, x, &t.freed)
+	if t.err = r.Validate(); t.err == nil {
+		if checkRecords != nil {
+			t.err = checkRecords(r, t.e.Buf)
+		}
+		if t.err == nil {
+			t.err = t.s.apply(r, &t.freed)
+		}
+	}
 	t.failed()
+}
+
+// checkRecords is nil but in tests, where it decodes the last record of
+// the journaled bytes and compares it with the one applied.
+var checkRecords func(applied *format.Record, journaled []byte) error
+
+func (t *txn) inode(a *format.InodeRec) {
+	r := format.Record{Type: format.RecInode, Inode: *a, Ino: a.Ino}
+	t.rec(&r)
+}
+
+func (t *txn) free(ino uint64) {
+	r := format.Record{Type: format.RecFree, Ino: ino}
+	t.rec(&r)
+}
+
+func (t *txn) unlink(parent uint64, name string) {
+	r := format.Record{Type: format.RecUnlink, Parent: parent, Name: name}
+	t.rec(&r)
+}
+
+func (t *txn) link(parent, ino uint64, mode uint32, name string) {
+	r := format.Record{Type: format.RecLink, Parent: parent, Ino: ino, Mode: mode & syscall.S_IFMT, Name: name}
+	t.rec(&r)
+}
+
+func (t *txn) mapExt(ino uint64, x Extent) {
+	r := format.Record{Type: format.RecMap, Ino: ino, LBlk: x.LBlk, Len: x.Len, PBlk: x.PBlk, Flags: x.Flags, Stream: x.Stream}
+	t.rec(&r)
+}
+
+func (t *txn) punch(ino, lblk, n uint64) {
+	r := format.Record{Type: format.RecPunch, Ino: ino, LBlk: lblk, Len: n}
+	t.rec(&r)
+}
+
+func (t *txn) xattr(ino uint64, name string, v []byte) {
+	r := format.Record{Type: format.RecXattr, Ino: ino, Name: name, Value: v}
+	t.rec(&r)
+}
+
+func (t *txn) xattrDel(ino uint64, name string) {
+	r := format.Record{Type: format.RecXattrDel, Ino: ino, Name: name}
+	t.rec(&r)
 }
 
 // failed shuts the filesystem down the moment a record fails to apply: the
@@ -452,17 +480,6 @@ func (t *txn) end() {
 	t.s.unreserve(t.resv)
 	t.resv = 0
 }
-func (t *txn) punch(ino, lblk, n uint64) {
-	m := len(t.e.Buf)
-	t.e.Punch(ino, lblk, n)
-	t.add(m)
-}
-func (t *txn) xattr(ino uint64, name string, v []byte) {
-	n := len(t.e.Buf)
-	t.e.Xattr(ino, name, v)
-	t.add(n)
-}
-func (t *txn) xattrDel(ino uint64, name string) { n := len(t.e.Buf); t.e.XattrDel(ino, name); t.add(n) }
 
 // commit journals the records (opLock is held shared by the caller).
 func (t *txn) commit(extra ...alloc.Extent) error {
