@@ -17,7 +17,7 @@ func (cu *cursor) descendFrom(n *node, rightmost bool) error {
 		if rightmost {
 			i = n.count() - 1
 		}
-		cu.stack = append(cu.stack, frame{n, i})
+		cu.push(frame{n, i})
 		if n.leaf() {
 			return nil
 		}
@@ -41,13 +41,27 @@ func (cu *cursor) seek(key []byte) (bool, error) {
 	}
 	for !n.leaf() {
 		i := n.upperBound(key)
-		cu.stack = append(cu.stack, frame{n, i})
+		cu.push(frame{n, i})
 		if n, err = cu.t.load(n.kid(i), n.level-1); err != nil {
 			return false, err
 		}
 	}
-	cu.stack = append(cu.stack, frame{n, n.lowerBound(key)})
+	cu.push(frame{n, n.lowerBound(key)})
 	return true, nil
+}
+
+// push adds f to the stack by reslicing within its capacity: an append
+// through cu would move the caller's stack buffer to the heap on every
+// lookup. Taller trees than the buffer holds take a new one.
+func (cu *cursor) push(f frame) {
+	n := len(cu.stack)
+	if n == cap(cu.stack) {
+		s := make([]frame, n, 2*n+1)
+		copy(s, cu.stack)
+		cu.stack = s
+	}
+	cu.stack = cu.stack[:n+1]
+	cu.stack[n] = f
 }
 
 // valid says the cursor is on an entry.
@@ -187,9 +201,9 @@ func (t *Tree) seekLE(key []byte) (k, v []byte, ok bool, err error) {
 	return bytes.Clone(k), bytes.Clone(v), true, nil
 }
 
-// lastLE returns the last entry with key <= key, not copied: node bytes are
-// never changed in place (a change copies the node), so the slices stay
-// valid, though they may go stale once the tree changes.
+// lastLE returns the last entry with key <= key, not copied: valid until
+// the tree changes (a change copies a clean node, but rewrites the entries
+// a dirty leaf owns in place: see newEntry).
 func (t *Tree) lastLE(key []byte) (k, v []byte, ok bool, err error) {
 	cu := cursor{t: t, stack: make([]frame, 0, 8)}
 	if ok, err := cu.seek(key); !ok || err != nil {
@@ -377,7 +391,8 @@ func (tx *Tx) SeekLE(key []byte) (k, v []byte, ok bool, err error) {
 }
 
 // LastLE is SeekLE without the copies: the slices must not be changed, and
-// they show the entry as it was when LastLE returned.
+// they are valid until the transaction's next change (which may rewrite an
+// entry's bytes in place).
 func (tx *Tx) LastLE(key []byte) (k, v []byte, ok bool, err error) {
 	if tx.t == nil {
 		return nil, nil, false, ErrTxDone

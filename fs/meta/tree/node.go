@@ -217,7 +217,7 @@ func (n *node) computeSize() int {
 // clone returns a private, modifiable node in open form under a new block
 // number. The slices get their own backing arrays so that appends never
 // reach the (possibly cached and shared) original; key and value bytes are
-// immutable and shared.
+// shared, and no entry of the copy is owned (see newEntry).
 func (n *node) clone(blk uint64) *node {
 	c := &node{blk: blk, owner: n.owner, level: n.level, size: n.size}
 	nk := n.nkeys()
@@ -228,7 +228,7 @@ func (n *node) clone(blk uint64) *node {
 	if n.leaf() {
 		c.vals = make([][]byte, nk, nk+2)
 		for i := range nk {
-			c.vals[i] = n.val(i)
+			c.vals[i] = disown(n.val(i)) // n's bytes are shared, never written
 		}
 	} else {
 		c.kids = make([]uint64, n.nkids(), n.nkids()+2)

@@ -315,15 +315,8 @@ func (t *Tree) put(key, val []byte) error {
 	if err := t.checkEntry(key, val); err != nil {
 		return err
 	}
-	// Copies the tree owns; a new entry's key and value share one allocation.
-	entry := func() (k, v []byte) {
-		kv := make([]byte, len(key)+len(val))
-		copy(kv, key)
-		copy(kv[len(key):], val)
-		return kv[:len(key):len(key)], kv[len(key):]
-	}
 	if t.root == 0 {
-		k, v := entry()
+		k, v := newEntry(key, val)
 		if err := t.reserve(1, 0); err != nil {
 			return err
 		}
@@ -346,13 +339,9 @@ func (t *Tree) put(key, val []byte) error {
 		if bytes.Equal(leaf.val(i), val) {
 			return nil // nothing to change, nothing to copy
 		}
-		v = bytes.Clone(val)
-		if v == nil {
-			v = []byte{}
-		}
-		newSize = leaf.size - len(leaf.val(i)) + len(v)
+		newSize = leaf.size - len(leaf.val(i)) + len(val)
 	} else {
-		k, v = entry()
+		k, v = newEntry(key, val)
 		newSize = leaf.size + leafEntryHdr + len(k) + len(v)
 	}
 	// Blocks needed: copies of clean path nodes, plus one per level that may
@@ -378,7 +367,11 @@ func (t *Tree) put(key, val []byte) error {
 	t.cowPath(path)
 	leaf = path[len(path)-1].n
 	if found {
-		leaf.vals[i] = v
+		if cur := leaf.vals[i]; owned(cur) && len(cur) == len(val) {
+			copy(cur, val)
+		} else {
+			leaf.keys[i], leaf.vals[i] = newEntry(leaf.keys[i], val)
+		}
 	} else {
 		leaf.keys = insertAt(leaf.keys, i, k)
 		leaf.vals = insertAt(leaf.vals, i, v)
@@ -415,6 +408,32 @@ func (t *Tree) put(key, val []byte) error {
 	return nil
 }
 
+// Entries a dirty leaf owns. A change copies a clean node, whose key and
+// value bytes the copy shares with it (and with the cache, a checkpoint
+// being encoded, separators above); they are never written. An entry the
+// dirty leaf allocated itself, though, is referred to by that leaf alone,
+// and replacing it by one of the same sizes rewrites its bytes in place
+// instead of allocating: an append's extent and the free-space record in
+// front of it change on every write. Such an entry's key and value share
+// one allocation with one byte of spare capacity after the value: that is
+// the mark (owned). clone drops it from every entry it copies, and a split
+// from the entry whose key becomes the separator.
+
+// newEntry copies key and val into one marked allocation.
+func newEntry(key, val []byte) (k, v []byte) {
+	kl, vl := len(key), len(val)
+	kv := make([]byte, kl+vl+1)
+	copy(kv, key)
+	copy(kv[kl:], val)
+	return kv[:kl:kl], kv[kl : kl+vl : kl+vl+1]
+}
+
+// owned says v is the value of an entry its dirty leaf allocated (newEntry).
+func owned(v []byte) bool { return cap(v) == len(v)+1 }
+
+// disown drops v's mark: its entry's bytes are shared from now on.
+func disown(v []byte) []byte { return v[:len(v):len(v)] }
+
 // splitPoint picks the entry index m (1 <= m < count) where n's entries are
 // cut so both halves hold about half the bytes; each half then fits a node.
 func (n *node) splitPoint() int {
@@ -450,6 +469,7 @@ func (t *Tree) split(n *node, seqAt int) (*node, []byte) {
 		clear(n.vals[m:])
 		n.keys, n.vals = n.keys[:m], n.vals[:m]
 		sep = r.keys[0]
+		r.vals[0] = disown(r.vals[0]) // its key bytes are the separator's now
 		if n.lastIns > m {
 			r.lastIns, n.lastIns = n.lastIns-m, 0
 		}
@@ -519,11 +539,13 @@ func (t *Tree) rekey(old, key, val []byte) error {
 	}
 	t.cowPath(path)
 	leaf = path[len(path)-1].n
-	// New slices, never old's bytes changed: a separator above may share them.
-	kv := make([]byte, len(key)+len(val))
-	copy(kv, key)
-	copy(kv[len(key):], val)
-	leaf.keys[i], leaf.vals[i] = kv[:len(key):len(key)], kv[len(key):]
+	// old may be leaf.keys[i] itself: not read after this.
+	if cur := leaf.vals[i]; owned(cur) && len(cur) == len(val) && len(leaf.keys[i]) == len(key) {
+		copy(leaf.keys[i], key)
+		copy(cur, val)
+	} else {
+		leaf.keys[i], leaf.vals[i] = newEntry(key, val)
+	}
 	leaf.size = newSize
 	return nil
 }
