@@ -408,7 +408,7 @@ func (t *txn) rec(r *format.Record) {
 	}
 	if t.err = r.Validate(); t.err == nil {
 		if checkRecords != nil {
-			t.err = checkRecords(r, t.e.Buf)
+			t.err = checkRecords(*r, t.e.Buf)
 		}
 		if t.err == nil {
 			t.err = t.s.apply(r, &t.freed)
@@ -419,7 +419,7 @@ func (t *txn) rec(r *format.Record) {
 
 // checkRecords is nil but in tests, where it decodes the last record of
 // the journaled bytes and compares it with the one applied.
-var checkRecords func(applied *format.Record, journaled []byte) error
+var checkRecords func(applied format.Record, journaled []byte) error
 
 func (t *txn) inode(a *format.InodeRec) {
 	r := format.Record{Type: format.RecInode, Inode: *a, Ino: a.Ino}

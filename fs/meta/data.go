@@ -229,7 +229,8 @@ func (s *Store) segments(in *Inode, first, n uint64, out []segment) ([]segment, 
 		// Past every extent (an append): one hole, no tree walk.
 		return append(out, segment{lblk: first, n: n}), nil
 	}
-	exts, err := s.visit(in, first, n)
+	var extBuf [4]Extent
+	exts, err := s.visit(in, first, n, extBuf[:0])
 	if err != nil {
 		return nil, err
 	}
@@ -267,19 +268,36 @@ func (s *Store) mappedEnd(in *Inode) (uint64, error) {
 	return end, nil
 }
 
-// visit returns the extent pieces of in intersecting [lblk, lblk+n), clipped.
-func (s *Store) visit(in *Inode, lblk, n uint64) ([]Extent, error) {
-	exts, err := extentsIn(s.treeFor(in.attr.Ino), in.attr.Ino, lblk, n)
+// visit returns the extent pieces of in intersecting [lblk, lblk+n),
+// clipped, appended to out (a caller's buffer: a read or write of a few
+// blocks should not allocate, so the walk goes through the concrete tree).
+func (s *Store) visit(in *Inode, lblk, n uint64, out []Extent) ([]Extent, error) {
+	ino := in.attr.Ino
+	c := newExtentRange(ino, lblk, n)
+	start := len(out)
+	var derr error
+	err := s.treeFor(ino).AscendLE(format.ExtentKey(ino, lblk), func(k, v []byte) bool {
+		e, use, more, err := c.next(k, v)
+		if use {
+			out = append(out, e)
+		}
+		derr = err
+		return more
+	})
+	if err == nil {
+		err = derr
+	}
 	if err != nil {
 		return nil, treeErr(err)
 	}
-	if err := s.checkExtents(in.attr.Ino, exts); err != nil {
+	exts := out[start:]
+	if err := s.checkExtents(ino, exts); err != nil {
 		return nil, err
 	}
 	for i := range exts {
-		exts[i] = clip(exts[i], lblk, lblk+n)
+		exts[i] = clip(exts[i], lblk, c.end)
 	}
-	return exts, nil
+	return out, nil
 }
 
 // writeLocked does the data part of a write. in.mu is held.
@@ -569,7 +587,7 @@ func (s *Store) zeroRange(in *Inode, lo, hi int64) error {
 	bs := int64(s.bs)
 	first := uint64(lo / bs)
 	last := uint64((hi - 1) / bs)
-	exts, err := s.visit(in, first, last-first+1)
+	exts, err := s.visit(in, first, last-first+1, nil)
 	if err != nil {
 		return err
 	}
@@ -610,7 +628,7 @@ func (s *Store) clearPastEOFLocked(in *Inode, lo, hi uint64) error {
 	if err := s.zeroRange(in, int64(last*bs), int64(hi)); err != nil {
 		return err
 	}
-	exts, err := s.visit(in, first, last-first)
+	exts, err := s.visit(in, first, last-first, nil)
 	if err != nil {
 		return err
 	}

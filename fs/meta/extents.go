@@ -58,21 +58,54 @@ type seeker interface {
 
 // extentsIn returns ino's extents intersecting [lblk, lblk+n), unclipped.
 func extentsIn(r seeker, ino, lblk, n uint64) ([]Extent, error) {
+	c := newExtentRange(ino, lblk, n)
+	var out []Extent
+	var derr error
+	err := r.AscendLE(format.ExtentKey(ino, lblk), func(k, v []byte) bool {
+		e, use, more, err := c.next(k, v)
+		if use {
+			out = append(out, e)
+		}
+		derr = err
+		return more
+	})
+	if err == nil {
+		err = derr
+	}
+	return out, err
+}
+
+// extentRange picks ino's extents intersecting [lblk, end), unclipped,
+// out of an AscendLE that starts at ino's extent key at lblk.
+type extentRange struct {
+	prefix    [10]byte // format.InoKindPrefix, held here so it needs no allocation
+	lblk, end uint64
+}
+
+func newExtentRange(ino, lblk, n uint64) extentRange {
 	end := lblk + n
 	if end < lblk {
 		end = ^uint64(0)
 	}
-	var out []Extent
-	err := ascendExtentsLE(r, ino, lblk, func(e Extent) bool {
-		if e.LBlk >= end {
-			return false
-		}
-		if e.End() > lblk {
-			out = append(out, e)
-		}
-		return true
-	})
-	return out, err
+	c := extentRange{lblk: lblk, end: end}
+	copy(c.prefix[:], format.InoKindPrefix(ino, format.KindExtent))
+	return c
+}
+
+// next looks at one entry of the walk: use says e is one of the extents,
+// more that the walk goes on. Keys before ino's extents (AscendLE may start
+// at another inode's or kind's key) are skipped.
+func (c *extentRange) next(k, v []byte) (e Extent, use, more bool, err error) {
+	if !bytes.HasPrefix(k, c.prefix[:]) {
+		return e, false, bytes.Compare(k, c.prefix[:]) < 0, nil
+	}
+	if e, err = decodeExtent(k, v); err != nil {
+		return e, false, false, err
+	}
+	if e.LBlk >= c.end {
+		return e, false, false, nil
+	}
+	return e, e.End() > c.lblk, true, nil
 }
 
 // ascendExtents calls fn for ino's extents starting at or after file block
@@ -288,5 +321,5 @@ func (s *Store) Extents(in *Inode) ([]Extent, error) {
 func (s *Store) ExtentRange(in *Inode, lblk, n uint64) ([]Extent, error) {
 	in.mu.RLock()
 	defer in.mu.RUnlock()
-	return s.visit(in, lblk, n)
+	return s.visit(in, lblk, n, nil)
 }

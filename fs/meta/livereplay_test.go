@@ -21,7 +21,7 @@ import (
 // what replay would decode from the bytes journaled for it (txn.rec).
 func init() { checkRecords = sameAsJournaled }
 
-func sameAsJournaled(applied *format.Record, journaled []byte) error {
+func sameAsJournaled(applied format.Record, journaled []byte) error {
 	var last *format.Record
 	if err := format.DecodeRecords(journaled, func(r *format.Record) error { last = r; return nil }); err != nil {
 		return fmt.Errorf("journaled records do not decode: %w", err)
@@ -29,7 +29,7 @@ func sameAsJournaled(applied *format.Record, journaled []byte) error {
 	if last == nil {
 		return fmt.Errorf("record type %d journaled nothing", applied.Type)
 	}
-	a, d := *applied, *last
+	a, d := applied, *last
 	if !bytes.Equal(a.Value, d.Value) {
 		return fmt.Errorf("record type %d: applied value %q, journaled %q", a.Type, a.Value, d.Value)
 	}

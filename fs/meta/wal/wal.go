@@ -39,6 +39,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/streamfs/streamfs/alloc"
 	"github.com/streamfs/streamfs/backend"
@@ -148,8 +149,17 @@ type stripe struct {
 	buf  []byte
 	ents []stripeEnt
 	free []alloc.Extent // blocks freed by the open transaction
-	_    [40]byte       // keep stripes on their own cache lines
+	// spare and spareEnts are the buffers the previous commit took out,
+	// given back once merged: the open transaction refills them instead
+	// of growing new ones from nothing (growing them was 3% of the
+	// daemon's CPU under W1).
+	spare     []byte
+	spareEnts []stripeEnt
+	_         [40]byte // keep stripes on their own cache lines
 }
+
+// keepBytes bounds a spare buffer a stripe keeps between commits.
+const keepBytes = 1 << 20
 
 type stripeEnt struct {
 	seq      uint64
@@ -364,13 +374,33 @@ func (l *Log) detach(always, wantPayload bool) (tx uint64, payload []byte, frees
 			st := &l.stripes[i]
 			parts[i] = part{st.buf, st.ents}
 			frees = append(frees, st.free...)
-			st.buf, st.ents, st.free = nil, nil, nil
+			st.buf, st.ents, st.free = st.spare, st.spareEnts, nil
+			st.spare, st.spareEnts = nil, nil
 		}
 		l.openTx.Add(1)
 	}
 	for i := range l.stripes {
 		l.stripes[i].mu.Unlock()
 	}
+	// The parts' buffers go back to their stripes once read (commitMu,
+	// which the caller holds, keeps the next detach from taking them
+	// before).
+	defer func() {
+		if empty && !always {
+			return // nothing was taken out
+		}
+		for i := range parts {
+			p, st := &parts[i], &l.stripes[i]
+			st.mu.Lock()
+			if cap(p.buf) <= keepBytes {
+				st.spare = p.buf[:0]
+			}
+			if cap(p.ents)*int(unsafe.Sizeof(stripeEnt{})) <= keepBytes {
+				st.spareEnts = p.ents[:0]
+			}
+			st.mu.Unlock()
+		}
+	}()
 	if empty || !wantPayload {
 		return tx, nil, frees, empty
 	}
