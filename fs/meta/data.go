@@ -277,10 +277,7 @@ func (s *Store) visit(in *Inode, lblk, n uint64, out []Extent) ([]Extent, error)
 	start := len(out)
 	var derr error
 	err := s.treeFor(ino).AscendLE(format.ExtentKey(ino, lblk), func(k, v []byte) bool {
-		e, use, more, err := c.next(k, v)
-		if use {
-			out = append(out, e)
-		}
+		more, err := c.take(k, v, &out)
 		derr = err
 		return more
 	})

@@ -62,10 +62,7 @@ func extentsIn(r seeker, ino, lblk, n uint64) ([]Extent, error) {
 	var out []Extent
 	var derr error
 	err := r.AscendLE(format.ExtentKey(ino, lblk), func(k, v []byte) bool {
-		e, use, more, err := c.next(k, v)
-		if use {
-			out = append(out, e)
-		}
+		more, err := c.take(k, v, &out)
 		derr = err
 		return more
 	})
@@ -92,20 +89,33 @@ func newExtentRange(ino, lblk, n uint64) extentRange {
 	return c
 }
 
-// next looks at one entry of the walk: use says e is one of the extents,
-// more that the walk goes on. Keys before ino's extents (AscendLE may start
-// at another inode's or kind's key) are skipped.
-func (c *extentRange) next(k, v []byte) (e Extent, use, more bool, err error) {
+// take looks at one entry of the walk and appends it to out if it is one
+// of the extents; more says the walk goes on. Keys before ino's extents
+// (AscendLE may start at another inode's or kind's key) are skipped.
+func (c *extentRange) take(k, v []byte, out *[]Extent) (more bool, err error) {
 	if !bytes.HasPrefix(k, c.prefix[:]) {
-		return e, false, bytes.Compare(k, c.prefix[:]) < 0, nil
+		return bytes.Compare(k, c.prefix[:]) < 0, nil
 	}
-	if e, err = decodeExtent(k, v); err != nil {
-		return e, false, false, err
+	e, err := decodeExtent(k, v)
+	if err != nil {
+		return false, err
 	}
 	if e.LBlk >= c.end {
-		return e, false, false, nil
+		return false, nil
 	}
-	return e, e.End() > c.lblk, true, nil
+	if e.End() > c.lblk {
+		// Resliced within the capacity: an append through out would
+		// move a caller's buffer to the heap on every lookup.
+		n := len(*out)
+		if n == cap(*out) {
+			grown := make([]Extent, n, 2*n+4)
+			copy(grown, *out)
+			*out = grown
+		}
+		*out = (*out)[:n+1]
+		(*out)[n] = e
+	}
+	return true, nil
 }
 
 // ascendExtents calls fn for ino's extents starting at or after file block
