@@ -21,8 +21,11 @@ import (
 // what replay would decode from the bytes journaled for it (txn.rec); not
 // in a benchmark run, which measures the write path without the check.
 func init() {
-	for _, a := range os.Args {
-		if strings.HasPrefix(a, "-test.bench=") && a != "-test.bench=" {
+	for i, a := range os.Args {
+		if strings.HasPrefix(a, "--") {
+			a = a[1:]
+		}
+		if (strings.HasPrefix(a, "-test.bench=") && a != "-test.bench=") || (a == "-test.bench" && i+1 < len(os.Args)) {
 			return
 		}
 	}
