@@ -391,13 +391,13 @@ type txn struct {
 }
 
 // rec journals r and applies it from its in-memory form: no operation
-// decodes the bytes it just encoded.
-// Replay applies the decoded bytes through the same apply, so the two
-// agree as long as the encoding is lossless for what apply reads:
-// Validate runs the decoder's checks on r here, format's round-trip test
-// keeps the encoding lossless, tests decode every record the live path
-// journals and compare it with r (checkRecords), and
-// TestLiveReplayTrees compares the trees of a live run with a replay.
+// decodes the bytes it just encoded. Replay applies the decoded bytes
+// through the same apply, so the two agree as long as the encoding is
+// lossless for what apply reads: Validate runs the decoder's checks on r
+// here, format's round-trip test keeps the encoding lossless, tests decode
+// every record the live path journals and compare it with r
+// (checkRecords), and TestLiveReplayTrees compares the trees of a live run
+// with a replay of its journal.
 func (t *txn) rec(r *format.Record) {
 	t.e.Record(r)
 	if t.err != nil {
