@@ -5,8 +5,9 @@
  *   Creates DIR/fallocate.<pid> and checks: mode 0 extends the size and
  *   allocates; KEEP_SIZE allocates past EOF without changing the size;
  *   PUNCH_HOLE|KEEP_SIZE zeroes a range and frees its blocks; ZERO_RANGE
- *   zeroes a range and keeps data around it. Prints "PASS ..." lines and
- *   "OK"; exit 1 on the first failure.
+ *   zeroes a range and keeps data around it; blocks preallocated past EOF
+ *   are freed by a truncate to the same size and by PUNCH_HOLE past EOF.
+ *   Prints "PASS ..." lines and "OK"; exit 1 on the first failure.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -177,6 +178,51 @@ int main(int argc, char *argv[])
 		failx("ZERO_RANGE past EOF did not extend the size to 3 MiB");
 	expect_bytes(2 * MiB, MiB, 0, "ZERO_RANGE past EOF");
 	printf("PASS ZERO_RANGE past EOF extends to %lld\n", (long long)st2.st_size);
+
+	/*
+	 * Blocks preallocated past EOF go with a truncate to the same size (as
+	 * on ext4 and XFS) and with a hole punched past EOF (as on XFS).
+	 * RocksDB preallocates each table 10% beyond its target size with
+	 * KEEP_SIZE and gives the tail back so when it closes the file; kept,
+	 * the tails fill a drive with space no file can use.
+	 */
+	if (ftruncate(fd, 0) < 0)
+		fail("ftruncate 0");
+	if (fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, 576 * KiB) < 0)
+		fail("fallocate(KEEP_SIZE, 0, 576K)");
+	write_bytes(0, 520 * KiB + 100, 0x5a);
+	if (ftruncate(fd, 520 * KiB + 100) < 0)
+		fail("ftruncate to the same size");
+	st = xstat();
+	if (st.st_size != 520 * KiB + 100)
+		failx("ftruncate to the same size changed the size");
+	if (st.st_blocks > 524 * KiB / 512) {
+		printf("FAIL ftruncate to the same size kept the blocks preallocated past EOF: st_blocks %lld, want <= %d\n",
+		       (long long)st.st_blocks, 524 * KiB / 512);
+		unlink(path);
+		exit(1);
+	}
+	expect_bytes(0, 520 * KiB + 100, 0x5a, "data after a truncate to the same size");
+	printf("PASS ftruncate to the same size frees preallocation past EOF: st_blocks %lld\n",
+	       (long long)st.st_blocks);
+	if (fallocate(fd, FALLOC_FL_KEEP_SIZE, MiB, 256 * KiB) < 0)
+		fail("fallocate(KEEP_SIZE, 1M, 256K)");
+	st = xstat();
+	if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 520 * KiB + 100,
+		      MiB + 256 * KiB - (520 * KiB + 100)) < 0)
+		fail("fallocate(PUNCH_HOLE|KEEP_SIZE) past EOF");
+	st2 = xstat();
+	if (st2.st_size != st.st_size)
+		failx("PUNCH_HOLE past EOF changed the size");
+	if (st2.st_blocks > st.st_blocks - 256 * KiB / 512) {
+		printf("FAIL PUNCH_HOLE past EOF kept its blocks: st_blocks %lld -> %lld\n",
+		       (long long)st.st_blocks, (long long)st2.st_blocks);
+		unlink(path);
+		exit(1);
+	}
+	expect_bytes(0, 520 * KiB + 100, 0x5a, "data after a hole punched past EOF");
+	printf("PASS PUNCH_HOLE past EOF frees its blocks: st_blocks %lld -> %lld\n",
+	       (long long)st.st_blocks, (long long)st2.st_blocks);
 
 	close(fd);
 	unlink(path);
