@@ -666,7 +666,10 @@ func (s *Store) truncateLocked(in *Inode, size uint64) error {
 	if err != nil {
 		return treeErr(err)
 	}
-	cut := size < old && hasLast && last.End() > keep
+	// A truncate to the same size also frees blocks past EOF (KEEP_SIZE
+	// preallocation), as on ext4 and XFS: RocksDB gives back the
+	// preallocated tail of each table so at close.
+	cut := size <= old && hasLast && last.End() > keep
 	k := 0
 	if cut {
 		if k, _, err = s.extentsFrom(in, keep, ^uint64(0), freeInline+1); err != nil {
@@ -739,12 +742,18 @@ func (s *Store) Fallocate(in *Inode, off, length int64, mode uint32) error {
 	switch {
 	case mode&FallocPunchHole != 0:
 		size := int64(in.attr.Size)
-		if off >= size {
-			return nil
+		if off < size {
+			if err := s.clearRange(in, off, min(end, size)); err != nil {
+				return err
+			}
 		}
-		end = min(end, size)
-		if err := s.clearRange(in, off, end); err != nil {
-			return err
+		// Whole blocks past EOF (KEEP_SIZE preallocation) are freed as
+		// XFS frees them; there is nothing to zero there.
+		lo, hi := (max(off, size)+bs-1)/bs, end/bs
+		if hi > lo {
+			if err := s.punchLocked(in, uint64(lo), uint64(hi-lo)); err != nil {
+				return err
+			}
 		}
 	case mode&FallocZeroRange != 0:
 		if err := s.clearRange(in, off, end); err != nil {

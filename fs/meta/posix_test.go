@@ -191,3 +191,50 @@ func TestSetReadOnly(t *testing.T) {
 	}
 	mustCreate(t, s, s.Root(), "y")
 }
+
+// Blocks preallocated past EOF (KEEP_SIZE) are freed by a truncate to the
+// same size and by a hole punched past EOF, and come back as free space;
+// the data before EOF stays. RocksDB preallocates each table past its size
+// and gives the tail back so when it closes the file.
+func TestPreallocPastEOFFreed(t *testing.T) {
+	fd, _ := newTestImage(t, 64<<20, 1)
+	s, err := Open(fd, testOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	f := mustCreate(t, s, s.Root(), "table")
+	const size = 520<<10 + 100
+	if err := s.Fallocate(f, 0, 576<<10, FallocKeepSize); err != nil {
+		t.Fatal(err)
+	}
+	data := tagged(f.Ino(), 0, size, 1)
+	mustWrite(t, s, f, data, 0)
+	free0 := s.Statfs().Free
+	sz := uint64(size)
+	if err := s.Setattr(f, SetAttr{Size: &sz}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := f.Blocks(), uint64((size+4095)/4096); got != want {
+		t.Errorf("after a truncate to the same size the file maps %d blocks, want %d", got, want)
+	}
+	if got, want := s.Statfs().Free, free0+(576<<10)/4096-(size+4095)/4096; got < want {
+		t.Errorf("free blocks %d after the truncate, want at least %d", got, want)
+	}
+	if err := s.Fallocate(f, 1<<20, 256<<10, FallocKeepSize); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Fallocate(f, size, 1<<20+256<<10-size, FallocKeepSize|FallocPunchHole); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := f.Blocks(), uint64((size+4095)/4096); got != want {
+		t.Errorf("after a hole punched past EOF the file maps %d blocks, want %d", got, want)
+	}
+	if f.Attr().Size != size {
+		t.Errorf("size %d, want %d", f.Attr().Size, size)
+	}
+	got := make([]byte, size)
+	if n, err := s.Read(f, got, 0); err != nil || n != size || string(got) != string(data) {
+		t.Errorf("read back %d bytes (%v), equal %v", n, err, string(got) == string(data))
+	}
+}
