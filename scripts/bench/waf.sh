@@ -13,7 +13,7 @@
 #             mix; the hot writer stops after HOT_IO. Each group has its own
 #             directory, which carries a stream (hot 1, cold 2, rolling 3) in
 #             the streams run; without streams all share handle 1.
-#   rocksdb   db_bench fillrandom, then overwrite, on a DB_DRIVE image with a
+#   rocksdb   db_bench fillrandom (DB_FILL), then overwrite, on a DB_DRIVE image with a
 #             cold ballast (other data on the drive) beside the database;
 #             tables (SST) much smaller than a reclaim unit, as on real FDP
 #             drives whose units are GBs. Three runs: no streams; "rules":
@@ -53,6 +53,19 @@
 #   DYNAMIC=1 (level_compaction_dynamic_level_bytes: levels sized from the
 #   last one, RocksDB's default since 8.4; keeps space amplification ~1.1)
 #   PENDING_SOFT=64M PENDING_HARD=256M (pending compaction bytes limits)
+#   L0_SLOWDOWN=20 L0_STOP=36 (level0_slowdown/stop_writes_trigger, L0 files)
+#   DB_FILL=fillrandom (fillseq: every key once, so the database keeps its
+#   size through the overwrites; fillrandom writes ~63% of KEYS and the
+#   overwrites add the rest, growing it by half)
+#   REGIME=85 REGIME_FROM=0 (the summary's NAME.equal_fill: each mode's WAF
+#   against none's over the same host bytes since mkfs, from where both file
+#   systems are REGIME percent full, and at least REGIME_FROM GiB, to where
+#   the shorter run ends; the fill of each over that range beside it;
+#   NAME.equal_fill_nodiscard: the same range of the replays without
+#   discard, from NAME.nodiscard.json)
+#   COMPARE="BASE.samples OTHER.samples"  only print that comparison for
+#             two kept runs (no runs)
+#   PLOT_FILL=0 (1: the plots show each run's fill on a right axis)
 #   TAG= (suffix of the plot's file name, for several configurations)
 #   INFO_LOG=fs (RocksDB's info LOG in the database directory; stderr: in the
 #   run's .txt files, off the filesystem)
@@ -93,8 +106,13 @@ TRIM_EVERY=${TRIM_EVERY:-0}
 DYNAMIC=${DYNAMIC:-1}
 PENDING_SOFT=${PENDING_SOFT:-67108864}
 PENDING_HARD=${PENDING_HARD:-268435456}
+L0_SLOWDOWN=${L0_SLOWDOWN:-20}
+L0_STOP=${L0_STOP:-36}
 TAG=${TAG:-}
 TRACE=${TRACE:-1}
+REGIME=${REGIME:-85}
+REGIME_FROM=${REGIME_FROM:-0}
+DB_FILL=${DB_FILL:-fillrandom}
 INFO_LOG=${INFO_LOG:-fs}
 PLOTS=${PLOTS:-docs/img}
 
@@ -102,12 +120,14 @@ PLOT_DIR=$PLOTS
 [[ $PLOT_DIR == /* ]] || PLOT_DIR=$BENCH_ROOT/$PLOTS
 # Plots: interval WAF (windows of >= 512 MiB host writes) from NAME.samples
 # in SAMPLES_DIR (this run's BENCH_OUT, or with REPLOT the kept results).
-windows() { # SAMPLES > "host_GiB interval_WAF cumulative_WAF"
+windows() { # SAMPLES > "host_GiB interval_WAF cumulative_WAF fill_percent"
 	awk 'NR == 1 { h0 = $2; m0 = $3 }
-		$2 - h0 >= 536870912 { printf "%.3f %.3f %.3f\n", $2 / 2^30, ($3 - m0) / ($2 - h0), $3 / $2; h0 = $2; m0 = $3 }' "$1"
+		$2 - h0 >= 536870912 { printf "%.3f %.3f %.3f %.1f\n", $2 / 2^30, ($3 - m0) / ($2 - h0), $3 / $2, 100 * $4 / $5; h0 = $2; m0 = $3 }' "$1"
 }
+# PLOT_FILL=1 adds each run's file-system fill (right axis).
 plot() { # TITLE OUT NAME:LABEL... (runs without samples are left out)
-	local title=$1 out=$2 spec name label i=0 cmds=() colors=("#c0392b" "#d68910" "#2471a3" "#229954")
+	local title=$1 out=$2 spec name label i=0 cmds=() colors=("#c0392b" "#d68910" "#2471a3" "#229954") y2=
+	[ "${PLOT_FILL:-0}" = 1 ] && y2='set y2label "file system full (%)"; set y2range [0:100]; set y2tics; set ytics nomirror'
 	shift 2
 	for spec in "$@"; do
 		name=${spec%%:*} label=${spec#*:}
@@ -115,6 +135,7 @@ plot() { # TITLE OUT NAME:LABEL... (runs without samples are left out)
 		windows "$SAMPLES_DIR/$name.samples" >"$WIN_DIR/$name.win"
 		cmds+=("\"$WIN_DIR/$name.win\" using 1:2 with lines lw 2 lc rgb \"${colors[i]}\" title \"$label, interval\"")
 		cmds+=("\"$WIN_DIR/$name.win\" using 1:3 with lines dt 2 lc rgb \"${colors[i]}\" title \"$label, since mkfs\"")
+		[ -n "$y2" ] && cmds+=("\"$WIN_DIR/$name.win\" using 1:4 axes x1y2 with lines dt 3 lc rgb \"${colors[i]}\" title \"$label, full (%)\"")
 		i=$((i + 1))
 	done
 	[ "$i" -ge 2 ] || return 0
@@ -127,12 +148,59 @@ plot() { # TITLE OUT NAME:LABEL... (runs without samples are left out)
 		set yrange [0.9:*]
 		set grid
 		set key top left
+		$y2
 		plot $(IFS=,; echo "${cmds[*]}")
 	EOF
 	log "wrote $PLOT_DIR/$out"
 }
+# equal_window BASE OTHER [FROM]: WAF of two runs' samples over the same
+# range of host bytes since mkfs, from where both file systems are at least
+# FROM percent full (default REGIME) to where the shorter run ends; the fill
+# each run had over that range beside it. REGIME_FROM (GiB) starts the
+# range no earlier than that many host bytes since mkfs. Runs of one workload at equal
+# host bytes and equal fill, whatever their phases took.
+equal_window() {
+	awk -v from="${3:-$REGIME}" -v skip="$REGIME_FROM" -v gib=$((1 << 30)) '
+		FNR == 1 { f++ }
+		{ n[f]++; h[f, n[f]] = $2; m[f, n[f]] = $3; u[f, n[f]] = 100 * $4 / $5 }
+		!(f in reach) && 100 * $4 / $5 >= from { reach[f] = $2 }
+		END {
+			if (!(1 in reach) || !(2 in reach)) { print "equal_window: a run never reached " from "% full"; exit }
+			h0 = reach[1] > reach[2] ? reach[1] : reach[2]
+			if (h0 < skip * gib) h0 = skip * gib
+			h1 = h[1, n[1]] < h[2, n[2]] ? h[1, n[1]] : h[2, n[2]]
+			if (h1 <= h0) { print "equal_window: no common range"; exit }
+			for (r = 1; r <= 2; r++) {
+				a = 0; lo = 100; hi = 0; s = 0; k = 0
+				for (i = 1; i <= n[r]; i++) {
+					if (h[r, i] < h0 || h[r, i] > h1) continue
+					if (!a) a = i
+					b = i; s += u[r, i]; k++
+					if (u[r, i] < lo) lo = u[r, i]
+					if (u[r, i] > hi) hi = u[r, i]
+				}
+				w[r] = (m[r, b] - m[r, a]) / (h[r, b] - h[r, a])
+				printf "%.3f fill %.0f-%.0f%% (mean %.1f%%) over %.2f GiB; ", w[r], lo, hi, s / k, (h[r, b] - h[r, a]) / gib
+			}
+			printf "window %.2f-%.2f GiB host since mkfs; ratio %.3f; bytes %d %d\n", h0 / gib, h1 / gib, w[2] / w[1], h0, h1
+		}' "$1" "$2"
+}
+# replay_window REPLAY.json H0 H1: the WAF of a replay (waf replay --json)
+# over its intervals that end in (H0, H1] host bytes since mkfs.
+replay_window() {
+	jq -r --argjson a "$2" --argjson b "$3" '[.intervals[] | select(.host_bytes_end > $a and .host_bytes_end <= $b)] |
+		if length == 0 then "nan" else ((map(.media_bytes) | add) / (map(.host_bytes) | add) * 1000 | round / 1000) end' "$1"
+}
+# COMPARE="BASE.samples OTHER.samples": only print equal_window for two
+# runs' kept samples, and stop.
+if [ -n "${COMPARE:-}" ]; then
+	# shellcheck disable=SC2086 # two paths
+	equal_window $COMPARE
+	exit 0
+fi
 # REPLOT=1: draw the RocksDB plots of docs/BENCHMARKS.md from the samples
-# kept in scripts/bench/results/waf-rocksdb (see its README), and stop.
+# kept in scripts/bench/results/waf-rocksdb and waf-rocksdb-held (see their
+# READMEs), and stop.
 if [ "${REPLOT:-0}" = 1 ]; then
 	command -v gnuplot >/dev/null || die "REPLOT needs gnuplot (Debian: gnuplot-nox)"
 	SAMPLES_DIR=$BENCH_ROOT/scripts/bench/results/waf-rocksdb
@@ -148,6 +216,10 @@ if [ "${REPLOT:-0}" = 1 ]; then
 	plot "RocksDB fillrandom+overwrite, modelled 2G drive (op=7,ru=8M,handles=8): online discard; persistent isolation" waf-rocksdb-2g-discard.png \
 		2g-discard-none:"discard, no streams" 2g-discard-levels:"discard, rules + level hints" \
 		2g-persistent-levels:"nodiscard, persistent, rules + level hints"
+	# The regime of docs/BENCHMARKS.md's current RocksDB result.
+	SAMPLES_DIR=$BENCH_ROOT/scripts/bench/results/waf-rocksdb-held PLOT_FILL=1
+	plot "RocksDB fillseq+overwrite held ~90% full, modelled 2G drive (op=7,ru=8M,handles=8, discard)" waf-rocksdb-held.png \
+		db-none:"no streams" db-levels:"rules + level hints"
 	exit 0
 fi
 
@@ -175,8 +247,9 @@ MNT=$W/mnt
 IMG=$W/drive.img
 SAMPLER=
 
-# sample NAME: record "seconds host_bytes media_bytes fs_used fs_size" every 2 s in the
-# background until stop_sample.
+# sample NAME: record "seconds host_bytes media_bytes fs_used fs_size db_bytes"
+# every 2 s in the background until stop_sample (db_bytes: the apparent size
+# of the database directory, if there is one).
 sample() {
 	local out=$BENCH_OUT/$1.samples errs=$BENCH_OUT/$1.model-errors t0=$SECONDS
 	: >"$out"
@@ -189,7 +262,8 @@ sample() {
 			"$STREAMFS_BIN" stats --json "$MNT" 2>/dev/null |
 				jq -r --argjson t $((SECONDS - t0)) --arg df "$(df --output=used,size -B1 "$MNT" 2>/dev/null | tail -1)" \
 					'"\($t) \(.fdp.host_bytes_written) \(.fdp.media_bytes_written) \($df) \(.fdp.model_error // "")"' |
-				awk -v errs="$errs" 'NF > 5 { print > errs } { print $1, $2, $3, $4, $5 }' >>"$out" || true
+				awk -v errs="$errs" -v db="$(du -sb "$MNT/db" 2>/dev/null | cut -f1)" \
+					'NF > 5 { print > errs } { print $1, $2, $3, $4, $5, db + 0 }' >>"$out" || true
 			sleep 2
 		done
 	) &
@@ -326,7 +400,8 @@ DB_OPTS=(--key_size=16 --value_size="$VALUE" --compression_type=none --threads=1
 	--write_buffer_size="$MEMTABLE" --target_file_size_base="$SST"
 	--max_bytes_for_level_base="$L1" --max_background_jobs=2 --histogram=0
 	--manual_wal_flush=1 --statistics=0 --seed=42 --stats_dump_period_sec=60 --level_compaction_dynamic_level_bytes="$DYNAMIC"
-	--soft_pending_compaction_bytes_limit="$PENDING_SOFT" --hard_pending_compaction_bytes_limit="$PENDING_HARD")
+	--soft_pending_compaction_bytes_limit="$PENDING_SOFT" --hard_pending_compaction_bytes_limit="$PENDING_HARD"
+	--level0_slowdown_writes_trigger="$L0_SLOWDOWN" --level0_stop_writes_trigger="$L0_STOP")
 # INFO_LOG=stderr keeps RocksDB's info LOG off the filesystem (it grows
 # without bound and, never deleted, is data of a lifetime of its own): the
 # lines go to the run's .txt files instead.
@@ -351,11 +426,11 @@ db_run() { # NAME MODE(none|rules|levels) MODEL(0|1)
 	[ "$model" = 1 ] && sample "$name"
 	dd if=/dev/zero of="$MNT/ballast/b" bs=1M count=$((${BALLAST%M})) oflag=direct status=none
 	t0=$SECONDS
-	"${pre[@]}" db_bench --benchmarks=fillrandom --num="$KEYS" --db="$MNT/db" "${DB_OPTS[@]}" \
-		>"$BENCH_OUT/$name.fill.txt" 2>&1 || die "db_bench fillrandom failed; see $BENCH_OUT/$name.fill.txt"
+	"${pre[@]}" db_bench --benchmarks="$DB_FILL" --num="$KEYS" --db="$MNT/db" "${DB_OPTS[@]}" \
+		>"$BENCH_OUT/$name.fill.txt" 2>&1 || die "db_bench $DB_FILL failed; see $BENCH_OUT/$name.fill.txt"
 	df -h "$MNT" | tail -1 >"$BENCH_OUT/$name.df"
 	log "fill done in $((SECONDS - t0)) s: $(cat "$BENCH_OUT/$name.df")"
-	RES[$name.fillkops]=$(awk '/^fillrandom/ { for (i = 1; i <= NF; i++) if ($(i+1) == "ops/sec") { printf "%.1f", $i / 1000; exit } }' "$BENCH_OUT/$name.fill.txt")
+	RES[$name.fillkops]=$(awk -v b="$DB_FILL" '$1 == b { for (i = 1; i <= NF; i++) if ($(i+1) == "ops/sec") { printf "%.1f", $i / 1000; exit } }' "$BENCH_OUT/$name.fill.txt")
 	[ "$model" = 1 ] && c0=$(fdp_counters)
 	t0=$SECONDS
 	if [ "$TRIM_EVERY" -gt 0 ]; then
@@ -398,7 +473,8 @@ db_run() { # NAME MODE(none|rules|levels) MODEL(0|1)
 		# The same run on the same drive as if mounted without discard
 		# (whole run, from mkfs on; the live whole-run WAF beside it).
 		RES[$name.replay_waf]=$("$STREAMFS_BIN" waf replay --ftl "$DB_FTL" --json "$trace" | jq '.waf * 1000 | round / 1000')
-		RES[$name.nodiscard_waf]=$("$STREAMFS_BIN" waf replay --ftl "$DB_FTL" --no-discard --json "$trace" | jq '.waf * 1000 | round / 1000')
+		"$STREAMFS_BIN" waf replay --ftl "$DB_FTL" --no-discard --interval 64M --json "$trace" >"$BENCH_OUT/$name.nodiscard.json"
+		RES[$name.nodiscard_waf]=$(jq '.waf * 1000 | round / 1000' "$BENCH_OUT/$name.nodiscard.json")
 		log "$name: whole run replayed ${RES[$name.replay_waf]}, without discard ${RES[$name.nodiscard_waf]}"
 	fi
 }
@@ -462,12 +538,12 @@ plot "fio hot/cold/rolling, modelled $DRIVE drive ($FTL, $DISCARD)" waf-fio.png 
 	fio-nostreams:"no streams" fio-streams:"streams"
 trims=
 if [ "$TRIM_EVERY" -gt 0 ]; then trims=", fstrim every ${TRIM_EVERY}s"; fi
-plot "RocksDB fillrandom+overwrite, modelled $DB_DRIVE drive ($DB_FTL, $DB_DISCARD$trims)" "waf-rocksdb$TAG.png" \
+plot "RocksDB $DB_FILL+overwrite, modelled $DB_DRIVE drive ($DB_FTL, $DB_DISCARD$trims)" "waf-rocksdb$TAG.png" \
 	db-none:"no streams" db-rules:"WAL/SST rules" db-levels:"rules + level hints"
 
 # ---- summary ----
 {
-	echo "# waf.sh $(date -u +%F) $DISCARD DRIVE=$DRIVE FTL=$FTL HOT=$HOT COLD=$COLD ROLL=${ROLL_FILES}x$ROLL HOT_IO=$HOT_IO HOT_RATE=$HOT_RATE ROLL_RATE=$ROLL_RATE DB_DRIVE=$DB_DRIVE DB_FTL=$DB_FTL DB_DISCARD=$DB_DISCARD TRIM_EVERY=$TRIM_EVERY DYNAMIC=$DYNAMIC BALLAST=$BALLAST KEYS=$KEYS VALUE=$VALUE OVERWRITES=$OVERWRITES SST=$SST MEMTABLE=$MEMTABLE L1=$L1"
+	echo "# waf.sh $(date -u +%F) $DISCARD DRIVE=$DRIVE FTL=$FTL HOT=$HOT COLD=$COLD ROLL=${ROLL_FILES}x$ROLL HOT_IO=$HOT_IO HOT_RATE=$HOT_RATE ROLL_RATE=$ROLL_RATE DB_DRIVE=$DB_DRIVE DB_FTL=$DB_FTL DB_DISCARD=$DB_DISCARD TRIM_EVERY=$TRIM_EVERY DYNAMIC=$DYNAMIC BALLAST=$BALLAST KEYS=$KEYS VALUE=$VALUE OVERWRITES=$OVERWRITES SST=$SST MEMTABLE=$MEMTABLE L1=$L1 DB_FILL=$DB_FILL PENDING_SOFT=$PENDING_SOFT PENDING_HARD=$PENDING_HARD L0_SLOWDOWN=$L0_SLOWDOWN L0_STOP=$L0_STOP INFO_LOG=$INFO_LOG REGIME=$REGIME REGIME_FROM=$REGIME_FROM"
 	for k in $(printf '%s\n' "${!RES[@]}" | sort); do echo "$k ${RES[$k]}"; done
 	ratio() { # LABEL BASE OTHER
 		local a=${RES[$2.waf]:-} b=${RES[$3.waf]:-} sa=${RES[$2.steady]:-} sb=${RES[$3.steady]:-}
@@ -477,4 +553,15 @@ plot "RocksDB fillrandom+overwrite, modelled $DB_DRIVE drive ($DB_FTL, $DB_DISCA
 	ratio fio fio-nostreams fio-streams
 	ratio db-rules db-none db-rules
 	ratio db-levels db-none db-levels
+	for m in rules levels; do
+		if [ ! -s "$BENCH_OUT/db-none.samples" ] || [ ! -s "$BENCH_OUT/db-$m.samples" ]; then continue; fi
+		eq=$(equal_window "$BENCH_OUT/db-none.samples" "$BENCH_OUT/db-$m.samples")
+		echo "db-$m.equal_fill $eq"
+		# The same window of the replays without discard.
+		read -r h0 h1 <<<"${eq##* bytes }"
+		if [ -s "$BENCH_OUT/db-none.nodiscard.json" ] && [ -s "$BENCH_OUT/db-$m.nodiscard.json" ] && [[ $eq == *" bytes "* ]]; then
+			echo "db-$m.equal_fill_nodiscard $(replay_window "$BENCH_OUT/db-none.nodiscard.json" "$h0" "$h1") $(replay_window "$BENCH_OUT/db-$m.nodiscard.json" "$h0" "$h1")" |
+				awk '{ printf "%s none %s, %s; ratio %.3f\n", $1, $2, $3, $3 / $2 }'
+		fi
+	done
 } | tee "$BENCH_OUT/summary.txt"
