@@ -126,8 +126,8 @@ windows() { # SAMPLES > "host_GiB interval_WAF cumulative_WAF fill_percent"
 }
 # PLOT_FILL=1 adds each run's file-system fill (right axis).
 plot() { # TITLE OUT NAME:LABEL... (runs without samples are left out)
-	local title=$1 out=$2 spec name label i=0 cmds=() colors=("#c0392b" "#d68910" "#2471a3" "#229954") y2=
-	[ "${PLOT_FILL:-0}" = 1 ] && y2='set y2label "file system full (%)"; set y2range [0:100]; set y2tics; set ytics nomirror'
+	local title=$1 out=$2 spec name label i=0 cmds=() colors=("#c0392b" "#d68910" "#2471a3" "#229954") y2= h=500
+	[ "${PLOT_FILL:-0}" = 1 ] && y2='set y2label "file system full (%)"; set y2range [0:100]; set y2tics; set ytics nomirror; set key below' h=580
 	shift 2
 	for spec in "$@"; do
 		name=${spec%%:*} label=${spec#*:}
@@ -140,7 +140,7 @@ plot() { # TITLE OUT NAME:LABEL... (runs without samples are left out)
 	done
 	[ "$i" -ge 2 ] || return 0
 	gnuplot <<-EOF
-		set terminal pngcairo size 900,500 font "sans,11" noenhanced
+		set terminal pngcairo size 900,$h font "sans,11" noenhanced
 		set output "$PLOT_DIR/$out"
 		set title "$title"
 		set xlabel "host GiB written (since mkfs)"
@@ -182,7 +182,7 @@ equal_window() {
 				w[r] = (m[r, b] - m[r, a]) / (h[r, b] - h[r, a])
 				printf "%.3f fill %.0f-%.0f%% (mean %.1f%%) over %.2f GiB; ", w[r], lo, hi, s / k, (h[r, b] - h[r, a]) / gib
 			}
-			printf "window %.2f-%.2f GiB host since mkfs; ratio %.3f; bytes %d %d\n", h0 / gib, h1 / gib, w[2] / w[1], h0, h1
+			printf "window %.2f-%.2f GiB host since mkfs; ratio %.3f; bytes %.0f %.0f\n", h0 / gib, h1 / gib, w[2] / w[1], h0, h1
 		}' "$1" "$2"
 }
 # replay_window REPLAY.json H0 H1: the WAF of a replay (waf replay --json)
@@ -216,6 +216,10 @@ if [ "${REPLOT:-0}" = 1 ]; then
 	plot "RocksDB fillrandom+overwrite, modelled 2G drive (op=7,ru=8M,handles=8): online discard; persistent isolation" waf-rocksdb-2g-discard.png \
 		2g-discard-none:"discard, no streams" 2g-discard-levels:"discard, rules + level hints" \
 		2g-persistent-levels:"nodiscard, persistent, rules + level hints"
+	# Near full with fillrandom: ENOSPC at 97% (results/waf-rocksdb-regime).
+	SAMPLES_DIR=$BENCH_ROOT/scripts/bench/results/waf-rocksdb-regime
+	plot "RocksDB fillrandom+overwrite, modelled 2G drive (op=7,ru=8M,handles=8, discard)" waf-rocksdb-regime.png \
+		db-none:"no streams" db-levels:"rules + level hints"
 	# The regime of docs/BENCHMARKS.md's current RocksDB result.
 	SAMPLES_DIR=$BENCH_ROOT/scripts/bench/results/waf-rocksdb-held PLOT_FILL=1
 	plot "RocksDB fillseq+overwrite held ~90% full, modelled 2G drive (op=7,ru=8M,handles=8, discard)" waf-rocksdb-held.png \
