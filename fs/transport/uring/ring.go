@@ -161,7 +161,11 @@ func (r *ring) enter(wait bool) error {
 	for {
 		n, _, errno := unix.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), uintptr(r.pending), min, flags, 0, 0)
 		if errno == unix.EINTR {
-			r.pending -= uint32(n)
+			// Only a wait is interrupted before anything is submitted:
+			// a submission that went through returns its count. n is -1
+			// here, and taking it off pending would leave pending above
+			// what the ring holds; the kernel then submits fewer than
+			// asked and returns without waiting, and the thread spins.
 			continue
 		}
 		if errno != 0 {
