@@ -223,6 +223,19 @@ func (f *FS) newServer(raw fuse.RawFileSystem, mountpoint string, mo *fuse.Mount
 // that ring. LSEEK makes the kernel write dirty pages back (cache.go); a
 // WRITE drops cached pages, and waits for pages under read, while any
 // file has the cached mark. Everything else runs in place.
+//
+// What a deadlock here looks like (seen when LSEEK still ran in place):
+// the ring thread's SEEK_DATA invalidates the file's pages; the kernel
+// launders a dirty page (fuse_launder_folio) by sending a writeback WRITE,
+// queued on the CPU of the thread that asked, i.e. on this very ring, and
+// waits for it (folio_wait_writeback) inside the notification's writev.
+// The thread never comes back to fetch it. Killing the daemon does not end
+// it: the stuck thread keeps /dev/fuse open, so the connection is never
+// released, and the process stays a zombie with that one thread in D state.
+// Any later xfs_io on the machine then hangs too: xfs_io stats every mount
+// point in /proc/self/mounts at start, and a GETATTR to that mount is never
+// answered (the "TestDirectIOMmap hang" was such a bystander: its xfs_io
+// had not yet opened its file).
 func (f *FS) offload(opcode uint32) bool {
 	const opWrite, opLseek = 16, 46
 	return opcode == opLseek || opcode == opWrite && f.cachedFiles.Load() > 0
