@@ -22,14 +22,13 @@ const UringParamHint = "echo Y > " + uring.EnableParam
 // UringMode is -o uring: whether requests travel over io_uring.
 type UringMode int
 
-// The zero value is off: the default until a hang seen once over io_uring
-// (an mmap read of an O_DIRECT file, integration TestDirectIOMmap) is
-// understood; then auto.
+// The zero value is auto: the kernel offers io_uring only when switched on
+// (enable_uring), and then the rings serve.
 const (
-	// UringOff always uses read(2)/writev(2) on /dev/fuse.
-	UringOff UringMode = iota
 	// UringAuto uses io_uring when the kernel offers it at INIT.
-	UringAuto
+	UringAuto UringMode = iota
+	// UringOff always uses read(2)/writev(2) on /dev/fuse.
+	UringOff
 	// UringOn fails the mount when the kernel does not offer it.
 	UringOn
 )
@@ -47,7 +46,7 @@ func ParseUringMode(s string) (UringMode, error) {
 	return 0, fmt.Errorf("uring=%s: want auto, on or off", s)
 }
 
-func (m UringMode) String() string { return [...]string{"off", "auto", "on"}[m] }
+func (m UringMode) String() string { return [...]string{"auto", "off", "on"}[m] }
 
 // Server is a mounted filesystem's FUSE server and, over io_uring, its
 // rings. Unmount and Wait cover both.

@@ -105,7 +105,7 @@ var mountOptions = []mountOption{
 			o.placement = p
 			return nil
 		}},
-	{names: []string{"uring"}, arg: "auto|on|off", help: "FUSE requests over io_uring: auto uses it when the kernel offers it (" + sfs.UringParamHint + ") (off)",
+	{names: []string{"uring"}, arg: "auto|on|off", help: "FUSE requests over io_uring: auto uses it when the kernel offers it (" + sfs.UringParamHint + ") (auto)",
 		set: func(o *mountOpts, _, v string) error {
 			m, err := sfs.ParseUringMode(v)
 			if err != nil {
