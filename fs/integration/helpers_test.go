@@ -231,6 +231,22 @@ func mountAt(t *testing.T, img, dir string, opts ...string) *mount {
 			t.Fatalf("streamfs mount %s %s: no mount after %v\n%s", img, dir, hangGuard, m.log.String())
 		}
 	}
+	// The mount shows before the daemon is done starting: go-fuse then
+	// opens a file on the mount itself (its poll probe). A SIGKILL while
+	// that request is read but unanswered leaves the daemon waiting on
+	// itself, unkillable, until the connection is aborted. "serving" is
+	// logged after that probe, so tests that kill the daemon wait for it.
+	// (A daemon that only adds a second view exits instead.)
+	for !strings.Contains(m.log.String(), "serving") {
+		select {
+		case <-m.exited:
+			return m
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("streamfs mount %s %s: mounted but never logged \"serving\"\n%s", img, dir, m.log.String())
+		}
+	}
 	return m
 }
 
