@@ -43,6 +43,7 @@ import (
 	"time"
 
 	"github.com/streamfs/streamfs/backend/faulty"
+	"github.com/streamfs/streamfs/fs/crashtest/datatag"
 	"github.com/streamfs/streamfs/fs/format"
 	"github.com/streamfs/streamfs/fs/meta"
 	"github.com/streamfs/streamfs/fs/meta/fsck"
@@ -322,7 +323,7 @@ func (res *recording) checkData(p string, ino uint64, data []byte, w window, pma
 			continue
 		}
 		class := "data"
-		if !tagOK(ino, int64(i), b) {
+		if !datatag.OK(ino, int64(i), b) {
 			class = "stale"
 		}
 		return class, fmt.Sprintf("%s (inode %d): byte %d is %#x, in none of its %d versions from the acknowledged one (after step %d: %#x) to the newest (%#x)",

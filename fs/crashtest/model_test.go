@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/streamfs/streamfs/fs/crashtest/datatag"
 	"github.com/streamfs/streamfs/fs/meta"
 )
 
@@ -239,7 +240,7 @@ func (o op) applyModel(st *state, ino uint64, gen byte) {
 		if int64(len(in.data)) < off+o.n {
 			in.data = append(in.data, make([]byte, off+o.n-int64(len(in.data)))...)
 		}
-		copy(in.data[off:], tagged(fino, off, int(o.n), gen))
+		copy(in.data[off:], datatag.Bytes(fino, off, int(o.n), gen))
 	case opFalloc:
 		fino, _ := st.lookup(o.path)
 		off := o.abs(st)
@@ -289,45 +290,6 @@ func (o op) applyModel(st *state, ino uint64, gen byte) {
 		fino, _ := st.lookup(o.path)
 		st.mut(fino).stream = o.stream
 	}
-}
-
-// tagByte is the byte at file offset off of inode ino written by write
-// generation gen: every 16-byte word carries the inode number and the
-// offset, so a byte of another file's (or another offset's) data is told
-// from this file's own (no stale data after a crash), and no tag byte is
-// zero, so a lost write is told from the hole it leaves.
-func tagByte(ino uint64, off int64, gen byte) byte {
-	w, i := off/16, off%16
-	switch {
-	case i < 5:
-		return byte(ino>>(7*i))&0x7f | 0x80
-	case i < 9:
-		return byte(w>>(7*(i-5)))&0x7f | 0x80
-	case i == 9:
-		return gen | 0x80
-	default:
-		return 0xa0 | byte(i)
-	}
-}
-
-// tagOK reports whether b may be at offset off of inode ino: zero, or the
-// inode's own tag for that offset (any generation).
-func tagOK(ino uint64, off int64, b byte) bool {
-	if b == 0 {
-		return true
-	}
-	if off%16 == 9 {
-		return b&0x80 != 0
-	}
-	return b == tagByte(ino, off, 0)
-}
-
-func tagged(ino uint64, off int64, n int, gen byte) []byte {
-	p := make([]byte, n)
-	for i := range p {
-		p[i] = tagByte(ino, off+int64(i), gen)
-	}
-	return p
 }
 
 // storeRun applies operations to a mounted store, resolving paths as the
@@ -382,7 +344,7 @@ func (r *storeRun) apply(o op, st *state, gen byte) (uint64, error) {
 		return n.Ino(), nil
 	case opWrite:
 		off := o.abs(st)
-		n, err := s.Write(in, tagged(in.Ino(), off, int(o.n), gen), off, meta.WriteOpts{})
+		n, err := s.Write(in, datatag.Bytes(in.Ino(), off, int(o.n), gen), off, meta.WriteOpts{})
 		if err == nil && int64(n) != o.n {
 			err = fmt.Errorf("short write %d of %d", n, o.n)
 		}

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/streamfs/streamfs/backend/faulty"
+	"github.com/streamfs/streamfs/fs/crashtest/datatag"
 	"github.com/streamfs/streamfs/fs/meta/fsck"
 )
 
@@ -70,7 +71,7 @@ func TestDataWriteErrorMapsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := mustCreate(t, s, s.Root(), "f")
-	good := tagged(f.Ino(), 0, 5*4096+100, 1)
+	good := datatag.Bytes(f.Ino(), 0, 5*4096+100, 1)
 	mustWrite(t, s, f, good, 0)
 	if err := s.Fsync(f); err != nil {
 		t.Fatal(err)
@@ -83,7 +84,7 @@ func TestDataWriteErrorMapsNothing(t *testing.T) {
 		off int64
 		n   int
 	}{{int64(len(good)), 3 * 4096}, {100 << 10, 8192}, {4096, 100}} { // append, hole past EOF, overwrite
-		n, err := s.Write(f, tagged(f.Ino(), w.off, w.n, 2), w.off, WriteOpts{})
+		n, err := s.Write(f, datatag.Bytes(f.Ino(), w.off, w.n, 2), w.off, WriteOpts{})
 		if !errors.Is(err, syscall.EIO) || n != 0 {
 			t.Fatalf("write at %d with failing device: %d, %v; want 0, EIO", w.off, n, err)
 		}
@@ -99,7 +100,7 @@ func TestDataWriteErrorMapsNothing(t *testing.T) {
 	}
 	fd.FailWrites(nil)
 	g := mustCreate(t, s, s.Root(), "g")
-	mustWrite(t, s, g, tagged(g.Ino(), 0, 64<<10, 3), 0) // may reuse the blocks the failed writes had
+	mustWrite(t, s, g, datatag.Bytes(g.Ino(), 0, 64<<10, 3), 0) // may reuse the blocks the failed writes had
 	if err := s.Fsync(g); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/streamfs/streamfs/backend"
 	"github.com/streamfs/streamfs/backend/faulty"
+	"github.com/streamfs/streamfs/fs/crashtest/datatag"
 	"github.com/streamfs/streamfs/fs/format"
 	"github.com/streamfs/streamfs/fs/meta/fsck"
 	"github.com/streamfs/streamfs/fs/meta/wal"
@@ -29,10 +30,10 @@ func fsckImageN(t *testing.T, n int) string {
 	fd, path, s, d := openWithDir(t, 1, 0)
 	for i := 0; i < n; i++ {
 		f := mustCreate(t, s, d, strings.Repeat("n", 100)+itoa(uint64(i)))
-		mustWrite(t, s, f, tagged(f.Ino(), 0, 5000, 1), 0)
+		mustWrite(t, s, f, datatag.Bytes(f.Ino(), 0, 5000, 1), 0)
 	}
 	f := mustCreate(t, s, s.Root(), "f")
-	mustWrite(t, s, f, tagged(f.Ino(), 0, 1<<20, 1), 0)
+	mustWrite(t, s, f, datatag.Bytes(f.Ino(), 0, 1<<20, 1), 0)
 	if err := s.Link(d, "hard", f); err != nil {
 		t.Fatal(err)
 	}
@@ -391,7 +392,7 @@ func TestFsckRebuildsFreeSpace(t *testing.T) {
 				t.Fatalf("mount after repair: %v", err)
 			}
 			f, _ := s.Lookup(s.Root(), "f")
-			want := tagged(f.Ino(), 0, 1<<20, 1)
+			want := datatag.Bytes(f.Ino(), 0, 1<<20, 1)
 			// Preallocation takes the space without writing it: the fsck
 			// below finds any extent that overlaps f's.
 			for i := 0; ; i++ {
@@ -467,7 +468,7 @@ func TestFsckRebuildsDamagedTrees(t *testing.T) {
 			}
 			// The rebuilt filesystem takes changes.
 			g := mustCreate(t, s, s.Root(), "after-rebuild")
-			mustWrite(t, s, g, tagged(g.Ino(), 0, 100000, 2), 0)
+			mustWrite(t, s, g, datatag.Bytes(g.Ino(), 0, 100000, 2), 0)
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}

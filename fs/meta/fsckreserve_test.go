@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/streamfs/streamfs/fs/crashtest/datatag"
 	"github.com/streamfs/streamfs/fs/format"
 	"github.com/streamfs/streamfs/fs/meta/fsck"
 )
@@ -79,7 +80,7 @@ func checkFileF(t *testing.T, p string) {
 	}
 	defer s.Close()
 	f := lookupPath(t, s, "f")
-	want := tagged(f.Ino(), 0, 1<<20, 1)
+	want := datatag.Bytes(f.Ino(), 0, 1<<20, 1)
 	got := make([]byte, len(want))
 	if n, err := s.Read(f, got, 0); err != nil || n != len(want) || !bytes.Equal(got, want) {
 		t.Fatalf("f's data after fsck -y: %d bytes, %v, intact %v", n, err, bytes.Equal(got, want))

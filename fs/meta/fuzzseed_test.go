@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/streamfs/streamfs/fs/crashtest/datatag"
 	"github.com/streamfs/streamfs/fs/format"
 )
 
@@ -25,7 +26,7 @@ func imageTreeEntries(t *testing.T) map[string][2][]byte {
 	t.Helper()
 	_, _, s, d := openWithDir(t, 1, 2)
 	f := mustCreate(t, s, d, "file")
-	mustWrite(t, s, f, tagged(f.Ino(), 0, 3*4096+100, 1), 0)
+	mustWrite(t, s, f, datatag.Bytes(f.Ino(), 0, 3*4096+100, 1), 0)
 	if err := s.Fallocate(f, 1<<20, 1<<20, 0); err != nil {
 		t.Fatal(err)
 	}

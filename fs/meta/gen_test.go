@@ -3,6 +3,8 @@ package meta
 import (
 	"syscall"
 	"testing"
+
+	"github.com/streamfs/streamfs/fs/crashtest/datatag"
 )
 
 // New inodes get random, non-zero generations (file handles carry them:
@@ -41,7 +43,7 @@ func TestGenerationsUnpredictable(t *testing.T) {
 		t.Fatalf("%d of 64 generations follow their predecessor", steps)
 	}
 	f := lookupPath(t, s, "f1")
-	mustWrite(t, s, f, tagged(f.Ino(), 0, 10000, 1), 0)
+	mustWrite(t, s, f, datatag.Bytes(f.Ino(), 0, 10000, 1), 0)
 	if err := s.Rename(s.Root(), "f1", s.Root(), "g1", 0); err != nil {
 		t.Fatal(err)
 	}

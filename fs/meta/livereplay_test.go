@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/streamfs/streamfs/backend"
+	"github.com/streamfs/streamfs/fs/crashtest/datatag"
 	"github.com/streamfs/streamfs/fs/format"
 )
 
@@ -181,7 +182,7 @@ func liveOps(t *testing.T, s *Store, rng *rand.Rand, n int) {
 			if rng.IntN(2) == 0 {
 				off, ln = off/bs*bs, (ln+bs-1)/bs*bs
 			}
-			_, err := s.Write(f.in, tagged(f.in.Ino(), off, ln, byte(step)), off, WriteOpts{})
+			_, err := s.Write(f.in, datatag.Bytes(f.in.Ino(), off, ln, byte(step)), off, WriteOpts{})
 			ok("write", err)
 		case op == 9:
 			_, f := pickFile()

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/streamfs/streamfs/backend"
+	"github.com/streamfs/streamfs/fs/crashtest/datatag"
 )
 
 // streamDev offers n streams and, like the NVMe backend, refuses a write
@@ -47,7 +48,7 @@ func TestStreamRemapFewerStreams(t *testing.T) {
 	if err := s.SetStream(f, 7); err != nil {
 		t.Fatal(err)
 	}
-	data := tagged(f.Ino(), 0, 3*4096+10, 1)
+	data := datatag.Bytes(f.Ino(), 0, 3*4096+10, 1)
 	mustWrite(t, s, f, data, 0)        // fills holes
 	mustWrite(t, s, f, data[:100], 50) // in place
 	mustWrite(t, s, f, data, 1<<20)    // past EOF: zeroes the gap's edge
@@ -208,7 +209,7 @@ func TestPreallocPastEOFFreed(t *testing.T) {
 	if err := s.Fallocate(f, 0, 576<<10, FallocKeepSize); err != nil {
 		t.Fatal(err)
 	}
-	data := tagged(f.Ino(), 0, size, 1)
+	data := datatag.Bytes(f.Ino(), 0, size, 1)
 	mustWrite(t, s, f, data, 0)
 	free0 := s.Statfs().Free
 	sz := uint64(size)

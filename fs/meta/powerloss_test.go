@@ -51,6 +51,7 @@ import (
 
 	"github.com/streamfs/streamfs/backend"
 	"github.com/streamfs/streamfs/backend/faulty"
+	"github.com/streamfs/streamfs/fs/crashtest/datatag"
 	"github.com/streamfs/streamfs/fs/format"
 	"github.com/streamfs/streamfs/fs/meta/fsck"
 )
@@ -178,43 +179,6 @@ func newPlainImage(tb testing.TB, path string, size int64, ags uint32) backend.D
 		tb.Fatal(err)
 	}
 	return dev
-}
-
-// tagByte is the byte at file offset off of inode ino written by write
-// generation gen: every 16-byte word carries the inode number and the
-// offset, 7 bits a byte with the top bit set, so no tag byte is zero.
-func tagByte(ino uint64, off int64, gen byte) byte {
-	w, i := off/16, off%16
-	switch {
-	case i < 5:
-		return byte(ino>>(7*i))&0x7f | 0x80
-	case i < 9:
-		return byte(w>>(7*(i-5)))&0x7f | 0x80
-	case i == 9:
-		return gen | 0x80
-	default:
-		return 0xa0 | byte(i)
-	}
-}
-
-// tagOK reports whether b may be at offset off of inode ino: zero, or the
-// inode's own tag for that offset (any generation).
-func tagOK(ino uint64, off int64, b byte) bool {
-	if b == 0 {
-		return true
-	}
-	if off%16 == 9 {
-		return b&0x80 != 0
-	}
-	return b == tagByte(ino, off, 0)
-}
-
-func tagged(ino uint64, off int64, n int, gen byte) []byte {
-	p := make([]byte, n)
-	for i := range p {
-		p[i] = tagByte(ino, off+int64(i), gen)
-	}
-	return p
 }
 
 // plVersion is one state of a file's contents.
@@ -425,7 +389,7 @@ func (r *plRun) stepOp() bool {
 			off = rng.IntN(plMaxFile / 2)
 		}
 		r.gen++
-		data := tagged(ino, int64(off), n, r.gen&0x7f)
+		data := datatag.Bytes(ino, int64(off), n, r.gen&0x7f)
 		var wrote int
 		wrote, err = s.Write(get(ino), data, int64(off), WriteOpts{})
 		if wrote > 0 || r.dev.didCut() {
@@ -724,7 +688,7 @@ func (r *plRun) verifyFile(round int, path string, f *plFile, in *Inode, pmax in
 	data := readAll(t, r.s, in)
 	// No stale data: every byte is zero or this inode's own tag.
 	for off, b := range data {
-		if !tagOK(f.ino, int64(off), b) {
+		if !datatag.OK(f.ino, int64(off), b) {
 			w := int64(off) &^ 15
 			word := data[w:min(int64(len(data)), w+16)]
 			r.fatalf("round %d: %s (inode %d) byte %d is %#x, not this file's data: word %x", round, path, f.ino, off, b, word)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/streamfs/streamfs/alloc"
+	"github.com/streamfs/streamfs/fs/crashtest/datatag"
 )
 
 // windowFile is one file of runWindows and the bytes it should hold.
@@ -156,7 +157,7 @@ func runWindows(t *testing.T, img, chunkSz int64, seeds uint64, steps int, wantF
 						ln = 1 + r.Int64N(3*chunk)
 					}
 					f.gen++
-					p := tagged(f.in.Ino(), off, int(ln), f.gen)
+					p := datatag.Bytes(f.in.Ino(), off, int(ln), f.gen)
 					op = fmt.Sprintf("write f%d %d+%d", i, off, ln)
 					wn, werr := s.Write(f.in, p, off, WriteOpts{})
 					if werr != nil && !errors.Is(werr, syscall.ENOSPC) {
@@ -335,7 +336,7 @@ func TestLeadWindowKept(t *testing.T) {
 	a := mustCreate(t, s, s.Root(), "a")
 	const chunk = 1 << 20
 	for _, c := range []int64{1, 3, 5, 7} {
-		mustWrite(t, s, a, tagged(a.Ino(), c*chunk, chunk, byte(c)), c*chunk)
+		mustWrite(t, s, a, datatag.Bytes(a.Ino(), c*chunk, chunk, byte(c)), c*chunk)
 		t.Logf("after chunk %d: windows %+v", c, a.pre)
 	}
 	for _, w := range a.pre {

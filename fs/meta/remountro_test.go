@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"os"
 	"testing"
+
+	"github.com/streamfs/streamfs/fs/crashtest/datatag"
 )
 
 // An unlinked file closed for the last time after a remount read-only is
@@ -24,7 +26,7 @@ func TestRemountROUnlinkedOpenFile(t *testing.T) {
 			}
 			freeBefore := s.alloc.FreeBlocks()
 			f := mustCreate(t, s, s.Root(), "f")
-			mustWrite(t, s, f, tagged(f.Ino(), 0, 1<<20, 1), 0)
+			mustWrite(t, s, f, datatag.Bytes(f.Ino(), 0, 1<<20, 1), 0)
 			g := mustCreate(t, s, s.Root(), "g") // still open at the remount rw
 			for _, in := range []*Inode{f, g} {
 				if err := s.OpenFile(in); err != nil {
@@ -48,7 +50,7 @@ func TestRemountROUnlinkedOpenFile(t *testing.T) {
 			}
 			before := image()
 			got := make([]byte, 4096)
-			if n, err := s.Read(f, got, 0); err != nil || n != len(got) || !bytes.Equal(got, tagged(f.Ino(), 0, 4096, 1)) {
+			if n, err := s.Read(f, got, 0); err != nil || n != len(got) || !bytes.Equal(got, datatag.Bytes(f.Ino(), 0, 4096, 1)) {
 				t.Fatalf("reading the unlinked open file after remount ro: %d, %v", n, err)
 			}
 			s.Release(f)

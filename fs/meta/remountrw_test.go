@@ -10,6 +10,7 @@ import (
 
 	"github.com/streamfs/streamfs/backend"
 	"github.com/streamfs/streamfs/backend/faulty"
+	"github.com/streamfs/streamfs/fs/crashtest/datatag"
 )
 
 // journaledImage leaves an image whose journal holds committed changes no
@@ -23,9 +24,9 @@ func journaledImage(t *testing.T) (path string, a uint64) {
 		t.Fatal(err)
 	}
 	f := mustCreate(t, s, s.Root(), "a")
-	mustWrite(t, s, f, tagged(f.Ino(), 0, 256<<10, 1), 0)
+	mustWrite(t, s, f, datatag.Bytes(f.Ino(), 0, 256<<10, 1), 0)
 	g := mustCreate(t, s, s.Root(), "b")
-	mustWrite(t, s, g, tagged(g.Ino(), 0, 4096, 1), 0)
+	mustWrite(t, s, g, datatag.Bytes(g.Ino(), 0, 4096, 1), 0)
 	if err := s.Fsync(f); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +82,7 @@ func mustContain(t *testing.T, s *Store, name string, want []byte) {
 func TestRemountRWAfterReplay(t *testing.T) {
 	path, a := journaledImage(t)
 	s, fd := openRO(t, path, testOpts())
-	mustContain(t, s, "a", tagged(a, 0, 256<<10, 1))
+	mustContain(t, s, "a", datatag.Bytes(a, 0, 256<<10, 1))
 	if _, err := s.Create(s.Root(), "refused", NewInode{Mode: syscall.S_IFREG | 0o644}); !errors.Is(err, syscall.EROFS) {
 		t.Fatalf("create while read-only: %v, want EROFS", err)
 	}
@@ -103,7 +104,7 @@ func TestRemountRWAfterReplay(t *testing.T) {
 	crash(t, s, fd)
 	fd.Close()
 	s, fd = openRO(t, path, Options{NoRecovery: true})
-	mustContain(t, s, "a", tagged(a, 0, 256<<10, 1))
+	mustContain(t, s, "a", datatag.Bytes(a, 0, 256<<10, 1))
 	s.Close()
 	fd.Close()
 
@@ -113,7 +114,7 @@ func TestRemountRWAfterReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := mustCreate(t, s, s.Root(), "c")
-	mustWrite(t, s, c, tagged(c.Ino(), 0, 1<<20, 2), 0)
+	mustWrite(t, s, c, datatag.Bytes(c.Ino(), 0, 1<<20, 2), 0)
 	if err := s.Fsync(c); err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +135,7 @@ func TestRemountRWAfterReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := mustCreate(t, s, s.Root(), "d")
-	mustWrite(t, s, d, tagged(d.Ino(), 0, 8192, 3), 0)
+	mustWrite(t, s, d, datatag.Bytes(d.Ino(), 0, 8192, 3), 0)
 	if err := s.Fsync(d); err != nil {
 		t.Fatal(err)
 	}
@@ -151,9 +152,9 @@ func TestRemountRWAfterReplay(t *testing.T) {
 	if s, err = Open(fd, testOpts()); err != nil {
 		t.Fatal(err)
 	}
-	mustContain(t, s, "a", tagged(a, 0, 256<<10, 1))
-	mustContain(t, s, "c", tagged(c.Ino(), 0, 1<<20, 2))
-	mustContain(t, s, "d", tagged(d.Ino(), 0, 8192, 3))
+	mustContain(t, s, "a", datatag.Bytes(a, 0, 256<<10, 1))
+	mustContain(t, s, "c", datatag.Bytes(c.Ino(), 0, 1<<20, 2))
+	mustContain(t, s, "d", datatag.Bytes(d.Ino(), 0, 8192, 3))
 	if _, err := s.Lookup(s.Root(), "b"); !errors.Is(err, syscall.ENOENT) {
 		t.Fatalf("b, removed before the crash: %v", err)
 	}
@@ -235,7 +236,7 @@ func TestRemountRWRefused(t *testing.T) {
 		} else {
 			s, fd = openRO(t, path, testOpts())
 			check(s, backend.ErrWriteProtected, "immutable image")
-			mustContain(t, s, "a", tagged(a, 0, 256<<10, 1))
+			mustContain(t, s, "a", datatag.Bytes(a, 0, 256<<10, 1))
 			s.Close()
 			fd.Close()
 			if err := exec.Command("chattr", "-i", path).Run(); err != nil {
@@ -254,11 +255,11 @@ func TestRemountRWRefused(t *testing.T) {
 	if !s.ReadOnly() {
 		t.Fatal("read-write after a failed remount")
 	}
-	mustContain(t, s, "a", tagged(a, 0, 256<<10, 1))
+	mustContain(t, s, "a", datatag.Bytes(a, 0, 256<<10, 1))
 	s.Close()
 	fd.Revive()
 	fd.Close()
 	s, fd = openRO(t, path, testOpts())
-	mustContain(t, s, "a", tagged(a, 0, 256<<10, 1))
+	mustContain(t, s, "a", datatag.Bytes(a, 0, 256<<10, 1))
 	s.Close()
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/streamfs/streamfs/alloc"
+	"github.com/streamfs/streamfs/fs/crashtest/datatag"
 	"github.com/streamfs/streamfs/fs/meta/fsck"
 )
 
@@ -34,7 +35,7 @@ func TestReviewCheckpointAfterShutdown(t *testing.T) {
 	if err := s.SetStream(f, stream); err != nil { // data in another AG than the inode
 		t.Fatal(err)
 	}
-	mustWrite(t, s, f, tagged(f.Ino(), 0, 4096, 1), 0)
+	mustWrite(t, s, f, datatag.Bytes(f.Ino(), 0, 4096, 1), 0)
 	if err := s.Fsync(f); err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +72,7 @@ func TestReviewCheckpointAfterShutdown(t *testing.T) {
 	wdone := make(chan struct{})
 	var werr error
 	go func() {
-		_, werr = s.Write(f, tagged(f.Ino(), 4096, 4096, 2), 4096, WriteOpts{})
+		_, werr = s.Write(f, datatag.Bytes(f.Ino(), 4096, 4096, 2), 4096, WriteOpts{})
 		close(wdone)
 	}()
 	<-reached
@@ -104,14 +105,14 @@ func TestReviewCheckpointAfterShutdown(t *testing.T) {
 	fe, _ := s.Extents(f)
 	g := mustCreate(t, s, s.Root(), "g")
 	_ = s.SetStream(g, stream)
-	mustWrite(t, s, g, tagged(g.Ino(), 0, 8192, 3), 0)
+	mustWrite(t, s, g, datatag.Bytes(g.Ino(), 0, 8192, 3), 0)
 	ge, _ := s.Extents(g)
 	t.Logf("f extents %v\ng extents %v", fe, ge)
 	if err := s.Fsync(g); err != nil {
 		t.Fatal(err)
 	}
-	mustWrite(t, s, f, tagged(f.Ino(), 4096, 4096, 4), 4096) // f appends
-	if got, want := readAll(t, s, g), tagged(g.Ino(), 0, 8192, 3); !bytes.Equal(got, want) {
+	mustWrite(t, s, f, datatag.Bytes(f.Ino(), 4096, 4096, 4), 4096) // f appends
+	if got, want := readAll(t, s, g), datatag.Bytes(g.Ino(), 0, 8192, 3); !bytes.Equal(got, want) {
 		t.Errorf("g's fsync'd data was overwritten by an append to f (shared block)")
 	}
 	if cerr == nil && after > before {

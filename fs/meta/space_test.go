@@ -6,6 +6,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/streamfs/streamfs/fs/crashtest/datatag"
 	"github.com/streamfs/streamfs/fs/meta/fsck"
 )
 
@@ -71,7 +72,7 @@ func TestFullDeviceOperations(t *testing.T) {
 	var files []*Inode
 	for i := 0; i < n; i++ {
 		f := mustCreate(t, s, d, "f"+itoa(uint64(i)))
-		mustWrite(t, s, f, tagged(f.Ino(), 0, 3000, 1), 0)
+		mustWrite(t, s, f, datatag.Bytes(f.Ino(), 0, 3000, 1), 0)
 		if i%10 == 0 {
 			if err := s.Setxattr(f, "user.x", make([]byte, 700), 0); err != nil {
 				t.Fatal(err)
@@ -138,7 +139,7 @@ func TestFsckRepairOnFullDevice(t *testing.T) {
 	}
 	for i := 0; i < 200; i++ {
 		f := mustCreate(t, s, s.Root(), "f"+itoa(uint64(i)))
-		mustWrite(t, s, f, tagged(f.Ino(), 0, 5000, 1), 0)
+		mustWrite(t, s, f, datatag.Bytes(f.Ino(), 0, 5000, 1), 0)
 	}
 	fillDevice(t, s, "big")
 	// Damage: every inode's block count is off by one, which fsck -y

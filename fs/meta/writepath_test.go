@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"syscall"
 	"testing"
+
+	"github.com/streamfs/streamfs/fs/crashtest/datatag"
 )
 
 // TestWritePathModel drives one file through appends, writes into holes
@@ -55,7 +57,7 @@ func TestWritePathModel(t *testing.T) {
 				off, n = off/bs*bs, (n+bs-1)/bs*bs
 				off = max(off, size/bs*bs)
 			}
-			p := tagged(f.Ino(), off, n, byte(step))
+			p := datatag.Bytes(f.Ino(), off, n, byte(step))
 			mustWrite(t, s, f, p, off)
 			grow(int(off) + n)
 			copy(model[off:], p)
@@ -63,7 +65,7 @@ func TestWritePathModel(t *testing.T) {
 		case op < 6: // write anywhere inside or just past the file
 			off := rng.Int64N(size + 2*bs)
 			n := 1 + rng.IntN(2*bs)
-			p := tagged(f.Ino(), off, n, byte(step))
+			p := datatag.Bytes(f.Ino(), off, n, byte(step))
 			mustWrite(t, s, f, p, off)
 			grow(int(off) + n)
 			copy(model[off:], p)
@@ -131,7 +133,7 @@ func TestWritePathModel(t *testing.T) {
 func TestWriteKillsCapsSetLater(t *testing.T) {
 	s := newTestStore(t, 64<<20)
 	f := mustCreate(t, s, s.Root(), "f")
-	data := tagged(f.Ino(), 0, 4096, 1)
+	data := datatag.Bytes(f.Ino(), 0, 4096, 1)
 	for round := range 3 {
 		mustWrite(t, s, f, data, int64(round)*4096) // finds no capability
 		if err := s.Setxattr(f, xattrCaps, []byte("cap"), 0); err != nil {
@@ -156,7 +158,7 @@ func TestAppendOneExtentAcrossCheckpoints(t *testing.T) {
 	f := mustCreate(t, s, s.Root(), "f")
 	const bs = 4096
 	for i := range 64 {
-		mustWrite(t, s, f, tagged(f.Ino(), int64(i)*bs, bs, byte(i)), int64(i)*bs)
+		mustWrite(t, s, f, datatag.Bytes(f.Ino(), int64(i)*bs, bs, byte(i)), int64(i)*bs)
 		if i%8 == 7 {
 			// Enough new names that the tree needs new nodes, not only
 			// the copies a checkpoint swaps between two blocks.
@@ -195,10 +197,10 @@ func TestOutOfOrderChunksKeepTheirHole(t *testing.T) {
 			const chunk = 1 << 20
 			for _, c := range order {
 				if c == other {
-					mustWrite(t, s, b, tagged(b.Ino(), 0, chunk, 9), 0)
+					mustWrite(t, s, b, datatag.Bytes(b.Ino(), 0, chunk, 9), 0)
 					continue
 				}
-				mustWrite(t, s, a, tagged(a.Ino(), c*chunk, chunk, byte(c)), c*chunk)
+				mustWrite(t, s, a, datatag.Bytes(a.Ino(), c*chunk, chunk, byte(c)), c*chunk)
 			}
 			exts, err := s.Extents(a)
 			if err != nil {
@@ -212,7 +214,7 @@ func TestOutOfOrderChunksKeepTheirHole(t *testing.T) {
 				if _, err := s.Read(a, got, c*chunk); err != nil {
 					t.Fatal(err)
 				}
-				if !bytes.Equal(got, tagged(a.Ino(), c*chunk, chunk, byte(c))) {
+				if !bytes.Equal(got, datatag.Bytes(a.Ino(), c*chunk, chunk, byte(c))) {
 					t.Fatalf("chunk %d reads back wrong", c)
 				}
 			}
