@@ -48,7 +48,7 @@ func (n *Node) writeStream(ctx context.Context, f gofs.FileHandle, input, output
 	st := n.fs.Store
 	switch ws.OpFlags {
 	case ioctl.OpGetMax:
-		ws.StreamID = st.Allocator().MaxStreams()
+		ws.StreamID = st.MaxStreams()
 	case ioctl.OpGet:
 		ws.StreamID = n.in.Attr().Stream
 	case ioctl.OpSet:
@@ -56,7 +56,7 @@ func (n *Node) writeStream(ctx context.Context, f gofs.FileHandle, input, output
 			return e
 		}
 		// Compare the full 32-bit id (the seed's u16 would wrap 65537 to 1).
-		if ws.StreamID > st.Allocator().MaxStreams() {
+		if ws.StreamID > st.MaxStreams() {
 			return syscall.EINVAL
 		}
 		if err := st.SetStream(n.in, ws.StreamID); err != nil {

@@ -139,7 +139,7 @@ func statsDoc(f *FS) ([]byte, error) {
 	st := f.Store
 	as := st.Allocator().Stats()
 	doc := StatsDoc{
-		Policy: as.Policy, MaxStreams: as.MaxStreams, HWStreams: st.Device().MaxStreams(),
+		Policy: as.Policy, MaxStreams: st.MaxStreams(), HWStreams: st.Device().MaxStreams(),
 		Backend: st.Device().Kind(), PlacementCache: f.PlacementCache, Transport: f.Transport(),
 		CacheHits: as.CacheHits, CacheMisses: as.CacheMisses, AGs: as.AGs,
 		Counters:  st.Counters(),

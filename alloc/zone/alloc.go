@@ -13,6 +13,16 @@ import (
 // after reclaim, or a zone draining its writes in flight).
 var errWait = errors.New("zone alloc: wait")
 
+// WouldWait is Alloc's error, for a Request with NoWait, where it would
+// have waited: Wake is closed when retrying may succeed. A caller holding
+// locks the reclaimer needs (a file's lock: reclaim moves that file's
+// blocks) drops them and waits on Wake instead of inside Alloc.
+type WouldWait struct{ Wake <-chan struct{} }
+
+func (e *WouldWait) Error() string {
+	return "zone alloc: no free zone now; reclaim or a draining zone will make room"
+}
+
 // class maps a stream id onto the stream classes the slots serve: ids
 // above Streams wrap (as alloc.DeviceStream does), 0 or no streams is the
 // generic class 0.
@@ -81,7 +91,7 @@ func (a *Allocator) Alloc(ctx context.Context, r Request) (Extent, error) {
 			return e, nil
 		}
 	}
-	e, z, err := a.allocFrom(ctx, set, r.Len, false, r.Random)
+	e, z, err := a.allocFrom(ctx, set, r.Len, false, r.Random, r.NoWait)
 	if err != nil {
 		return Extent{}, err
 	}
@@ -99,14 +109,14 @@ func (a *Allocator) AllocReclaim(ctx context.Context, stream uint32, n uint64) (
 		return Extent{}, fmt.Errorf("%w: allocation of 0 blocks", ErrInvalid)
 	}
 	a.markUsed()
-	e, _, err := a.allocFrom(ctx, []*slot{a.reclaimSlot(a.class(stream))}, n, true, false)
+	e, _, err := a.allocFrom(ctx, []*slot{a.reclaimSlot(a.class(stream))}, n, true, false, false)
 	return e, err
 }
 
 // allocFrom allocates from the first slot of set that has or can open a
 // zone, waiting as Alloc documents. spread lets a contended target slot
 // give way to the next of its set.
-func (a *Allocator) allocFrom(ctx context.Context, set []*slot, n uint64, reclaim, spread bool) (Extent, *zone, error) {
+func (a *Allocator) allocFrom(ctx context.Context, set []*slot, n uint64, reclaim, spread, noWait bool) (Extent, *zone, error) {
 	for {
 		s := lockSlot(set, spread)
 		e, z, wake, err := a.allocSlot(s, n, reclaim)
@@ -121,6 +131,9 @@ func (a *Allocator) allocFrom(ctx context.Context, set []*slot, n uint64, reclai
 		}
 		a.wantReclaim()
 		a.waits.Add(1)
+		if noWait {
+			return Extent{}, nil, &WouldWait{Wake: wake}
+		}
 		select {
 		case <-wake:
 		case <-ctx.Done():

@@ -228,3 +228,42 @@ func TestParallel(t *testing.T) {
 	}
 	t.Logf("stats %+v space %+v", a.Stats(), a.Space())
 }
+
+// NoWait returns the wake channel instead of waiting; a reset closes it.
+func TestNoWaitReturnsWake(t *testing.T) {
+	geo := Geometry{ZoneBlocks: 8, CapBlocks: 8, Zones: 5, First: 0}
+	a := newTest(t, geo, newFake(), Options{Reserve: 1, GenericSlots: 1})
+	var es []Extent
+	for range 4 {
+		es = append(es, mustAlloc(t, a, Request{Ino: 1, Len: 8}))
+	}
+	if err := a.Free(es[2].Start, 8); err != nil {
+		t.Fatal(err)
+	}
+	_, err := a.Alloc(context.Background(), Request{Ino: 2, Len: 3, NoWait: true})
+	var ww *WouldWait
+	if !errors.As(err, &ww) || ww.Wake == nil {
+		t.Fatalf("NoWait alloc: %v, want *WouldWait", err)
+	}
+	select {
+	case <-ww.Wake:
+		t.Fatal("wake closed before any zone came back")
+	default:
+	}
+	v, ok := a.Victim()
+	if !ok || v.Index != 2 {
+		t.Fatalf("victim %+v %v", v, ok)
+	}
+	if err := a.Reset(v.Index); err != nil {
+		t.Fatal(err)
+	}
+	<-ww.Wake
+	e, err := a.Alloc(context.Background(), Request{Ino: 2, Len: 3, NoWait: true})
+	if err != nil || a.zoneNo(e.Start) != 2 {
+		t.Fatalf("after reset: %+v %v", e, err)
+	}
+	if err := a.Done(e, nil); err != nil {
+		t.Fatal(err)
+	}
+	mustCheck(t, a)
+}

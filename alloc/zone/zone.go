@@ -159,6 +159,8 @@ type Request struct {
 	// Random: the write does not extend the file's previous extent, so
 	// seed 2's cache is asked first.
 	Random bool
+	// NoWait: return *WouldWait instead of waiting.
+	NoWait bool
 }
 
 // zone is one sequential zone.

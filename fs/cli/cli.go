@@ -30,7 +30,7 @@ var commandOrder = []string{"mkfs", "mount", "info", "fsck", "stream", "bmap", "
 // each --help and the usage errors print it; the README repeats it (a
 // test compares them).
 var synopsis = map[string]string{
-	"mkfs":    "mkfs [--size SIZE] [--ag-count N] [--block-size 4096] [-L LABEL] [--backend KIND] [--ftl SPEC [--ftl-trace FILE]] [-f|--force] PATH",
+	"mkfs":    "mkfs [--size SIZE] [--ag-count N] [--block-size 4096] [-L LABEL] [--backend KIND] [--ftl SPEC [--ftl-trace FILE] | --zoned SPEC] [-f|--force] PATH",
 	"mount":   "mount [-o OPTIONS] PATH MOUNTPOINT",
 	"info":    "info [--json] PATH|MOUNTPOINT",
 	"fsck":    "fsck [-n] [-y|-p] [-f] [--backend KIND] PATH",

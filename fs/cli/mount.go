@@ -522,7 +522,7 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	if err := o.rules.Check(store.Allocator().MaxStreams()); err != nil {
+	if err := o.rules.Check(store.MaxStreams()); err != nil {
 		_ = store.Close()
 		return fmt.Errorf("-o stream_rules: %w", err)
 	}
@@ -546,7 +546,7 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 	}
 	log.Info("serving", zap.String("device", path), zap.String("mountpoint", mnt),
 		zap.String("backend", dev.Kind()), zap.String("placement", o.placement.String()),
-		zap.Uint32("streams", store.Allocator().MaxStreams()), zap.Bool("read_only", o.ro),
+		zap.Uint32("streams", store.MaxStreams()), zap.Bool("read_only", o.ro),
 		zap.String("atime", o.atime.String()), zap.String("transport", srv.Transport()))
 	if ready != nil {
 		ready(nil)

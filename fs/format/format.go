@@ -39,8 +39,29 @@
 //	 88   16 uuid
 //	104    8 creation time (unix ns)
 //	112   32 label (NUL padded)
-//	144  364 zero
+//	144    8 zoned: first block of the sequential zones (DataStart)
+//	152    8 zoned: zone size in blocks (ZoneBlocks)
+//	160    8 zoned: writable blocks of a sequential zone (ZoneCap)
+//	168    8 zoned: sequential zones (DataZones)
+//	176  332 zero
 //	508    4 crc32c (Castagnoli) of bytes 0..507
+//
+// The zoned fields are zero unless IncompatZoned is set. Version 3 added
+// them; a version 2 superblock (no zoned fields, all zero there) is read
+// as it is.
+//
+// # Zoned layout (IncompatZoned)
+//
+// On a zoned device (conventional zones first, then sequential zones) the
+// layout above covers only the conventional zones: TotalBlocks is their
+// size, the AGs divide them, the backup superblock is their last block, and
+// every metadata block (checkpoints, journal, tree nodes) lives there. File
+// data lives only in the sequential zones, DataZones zones of ZoneBlocks
+// blocks from DataStart, each written from its start up to ZoneCap blocks
+// and never rewritten before a reset. Their free space is not recorded in
+// the trees: a zone's live blocks are the extents that map it, counted at
+// mount, and everything else below its write pointer is garbage for
+// reclaim.
 //
 // # Checkpoint slot
 //
@@ -103,8 +124,11 @@ var (
 )
 
 const (
-	Version   = 2
-	SuperSize = 512
+	Version = 3
+	// MinVersion is the oldest format this build reads: version 3 only
+	// added fields a version 2 superblock holds as zero.
+	MinVersion = 2
+	SuperSize  = 512
 	// ReservedBytes at the start hold only the primary superblock.
 	ReservedBytes = 64 << 10
 	// MinAGBytes is the smallest allocation group mkfs makes.
@@ -118,12 +142,14 @@ const (
 	MinBlockSize = 4096
 )
 
-// Feature bits. None are defined yet; the masks say which bits this
-// version understands.
+// Feature bits; the masks say which bits this version understands.
 const (
 	CompatSupported   = 0
 	ROCompatSupported = 0
-	IncompatSupported = 0
+	// IncompatZoned: file data lives in sequential zones (see "Zoned
+	// layout"); a build that does not know it would write data in place.
+	IncompatZoned     = 1 << 0
+	IncompatSupported = IncompatZoned
 )
 
 // ErrCorrupt is wrapped by every validation failure.
@@ -161,6 +187,11 @@ type Super struct {
 	UUID          [16]byte
 	CTime         int64
 	Label         [32]byte
+	// Zoned layout (IncompatZoned), zero otherwise.
+	DataStart  uint64
+	ZoneBlocks uint64
+	ZoneCap    uint64
+	DataZones  uint64
 }
 
 // Encode returns the SuperSize-byte image with its checksum.
@@ -184,6 +215,10 @@ func (s *Super) Encode() []byte {
 	copy(b[88:104], s.UUID[:])
 	le.PutUint64(b[104:], uint64(s.CTime))
 	copy(b[112:144], s.Label[:])
+	le.PutUint64(b[144:], s.DataStart)
+	le.PutUint64(b[152:], s.ZoneBlocks)
+	le.PutUint64(b[160:], s.ZoneCap)
+	le.PutUint64(b[168:], s.DataZones)
 	le.PutUint32(b[508:], Checksum(b[:508]))
 	return b
 }
@@ -217,10 +252,14 @@ func DecodeSuper(b []byte) (*Super, error) {
 		JournalBlocks: le.Uint64(b[72:]),
 		BackupBlock:   le.Uint64(b[80:]),
 		CTime:         int64(le.Uint64(b[104:])),
+		DataStart:     le.Uint64(b[144:]),
+		ZoneBlocks:    le.Uint64(b[152:]),
+		ZoneCap:       le.Uint64(b[160:]),
+		DataZones:     le.Uint64(b[168:]),
 	}
 	copy(s.UUID[:], b[88:104])
 	copy(s.Label[:], b[112:144])
-	if s.Version != 0 && s.Version < Version {
+	if s.Version != 0 && s.Version < MinVersion {
 		return nil, fmt.Errorf("on-disk format version %d is no longer supported (this build reads version %d; re-create it with streamfs mkfs): %w",
 			s.Version, Version, ErrOldFormat)
 	}
@@ -280,7 +319,60 @@ func (s *Super) Validate() error {
 	if s.BackupBlock != s.TotalBlocks-1 {
 		return bad("backup superblock at %d, device has %d blocks", s.BackupBlock, s.TotalBlocks)
 	}
+	if !s.Zoned() {
+		if s.DataStart|s.ZoneBlocks|s.ZoneCap|s.DataZones != 0 {
+			return bad("zone geometry on a filesystem without the zoned feature")
+		}
+		return nil
+	}
+	if s.ZoneBlocks == 0 || s.ZoneBlocks > 1<<32 || s.ZoneCap == 0 || s.ZoneCap > s.ZoneBlocks {
+		return bad("zone size %d blocks, capacity %d", s.ZoneBlocks, s.ZoneCap)
+	}
+	if s.DataStart < s.TotalBlocks || s.DataStart%s.ZoneBlocks != 0 || s.DataStart > 1<<48 {
+		return bad("sequential zones start at block %d, conventional space ends at %d", s.DataStart, s.TotalBlocks)
+	}
+	if s.DataZones == 0 || s.DataZones > (1<<48)/s.ZoneBlocks || s.DataStart+s.DataZones*s.ZoneBlocks > 1<<48 {
+		return bad("%d sequential zones", s.DataZones)
+	}
 	return nil
+}
+
+// Zoned reports the zoned layout.
+func (s *Super) Zoned() bool { return s.Incompat&IncompatZoned != 0 }
+
+// DataEnd is the block after the last one file data may use.
+func (s *Super) DataEnd() uint64 {
+	if s.Zoned() {
+		return s.DataStart + s.DataZones*s.ZoneBlocks
+	}
+	return s.BackupBlock
+}
+
+// InDataArea reports whether file data may lie in blocks [start, start+n):
+// between the metadata area and the backup superblock, or, on the zoned
+// layout, inside one sequential zone's capacity.
+func (s *Super) InDataArea(start, n uint64) bool {
+	end := start + n
+	if n == 0 || end < start {
+		return false
+	}
+	if !s.Zoned() {
+		return start >= s.MetaEnd() && end <= s.BackupBlock
+	}
+	if start < s.DataStart || end > s.DataEnd() {
+		return false
+	}
+	z := (start - s.DataStart) / s.ZoneBlocks
+	return end <= s.DataStart+z*s.ZoneBlocks+s.ZoneCap
+}
+
+// InMetaArea reports whether blocks [start, start+n) lie where the
+// allocator hands out blocks and the free-space records describe: between
+// the metadata area and the backup superblock (on the zoned layout, the
+// conventional zones: tree nodes only).
+func (s *Super) InMetaArea(start, n uint64) bool {
+	end := start + n
+	return n != 0 && end > start && start >= s.MetaEnd() && end <= s.BackupBlock
 }
 
 // MetaEnd is the first block after the metadata area.

@@ -145,6 +145,43 @@ func TestRecordValidation(t *testing.T) {
 	}
 }
 
+// testZonedSuper is a zoned layout: 64 MiB of conventional zones, 16 zones
+// of 8 MiB with 6 MiB writable.
+func testZonedSuper(t testing.TB) *Super {
+	t.Helper()
+	sb, err := NewSuper(MkfsParams{SizeBytes: 64 << 20, Label: "zoned", Zones: &ZoneLayout{
+		DataStart: 64 << 20, ZoneSize: 8 << 20, ZoneCap: 6 << 20, DataZones: 16}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sb
+}
+
+func TestZonedDataArea(t *testing.T) {
+	z := testZonedSuper(t)
+	zb := z.ZoneBlocks
+	for _, c := range []struct {
+		start, n uint64
+		ok       bool
+	}{
+		{z.DataStart, 1, true},
+		{z.DataStart, z.ZoneCap, true},
+		{z.DataStart, z.ZoneCap + 1, false}, // past the capacity
+		{z.DataStart + zb - 1, 2, false},    // across zones
+		{z.DataStart + 15*zb, z.ZoneCap, true},
+		{z.DataStart + 16*zb, 1, false},
+		{z.MetaEnd(), 1, false}, // conventional space holds no file data
+		{z.DataStart, 0, false},
+	} {
+		if got := z.InDataArea(c.start, c.n); got != c.ok {
+			t.Errorf("InDataArea(%d, %d) = %v", c.start, c.n, got)
+		}
+	}
+	if !z.InMetaArea(z.MetaEnd(), 1) || z.InMetaArea(z.DataStart, 1) {
+		t.Error("InMetaArea")
+	}
+}
+
 func TestSuperRoundTripAndValidation(t *testing.T) {
 	sb := testSuper(t)
 	got, err := DecodeSuper(sb.Encode())
@@ -156,25 +193,47 @@ func TestSuperRoundTripAndValidation(t *testing.T) {
 	}
 	mut := func(f func(s *Super)) []byte { c := *sb; f(&c); return c.Encode() }
 	corrupt := map[string][]byte{
-		"short":              sb.Encode()[:100],
-		"version 0":          mut(func(s *Super) { s.Version = 0 }),
-		"block size":         mut(func(s *Super) { s.BlockSize = 3000 }),
-		"small block":        mut(func(s *Super) { s.BlockSize = 256 }),
-		"no AGs":             mut(func(s *Super) { s.AGCount = 0 }),
-		"too many AGs":       mut(func(s *Super) { s.AGCount = MaxAGCount + 1 }),
-		"AGs too small":      mut(func(s *Super) { s.AGBlocks = 1 }),
-		"empty last AG":      mut(func(s *Super) { s.AGBlocks = s.TotalBlocks }),
-		"AG overflow":        mut(func(s *Super) { s.AGBlocks = 1 << 63 }),
-		"ckpt in reserved":   mut(func(s *Super) { s.CkptStart = 1 }),
-		"ckpt overflow":      mut(func(s *Super) { s.CkptBlocks = 1<<63 + 1; s.JournalStart = s.CkptStart + 2*s.CkptBlocks }),
-		"journal start":      mut(func(s *Super) { s.JournalStart++ }),
-		"journal too long":   mut(func(s *Super) { s.JournalBlocks = s.TotalBlocks }),
-		"journal overflow":   mut(func(s *Super) { s.JournalBlocks = ^uint64(0) - s.JournalStart + 1 }),
-		"backup block":       mut(func(s *Super) { s.BackupBlock-- }),
-		"total blocks":       mut(func(s *Super) { s.TotalBlocks = 1 << 49 }),
-		"zero total":         mut(func(s *Super) { s.TotalBlocks = 0 }),
-		"checksum":           append(append([]byte{}, sb.Encode()[:200]...), append([]byte{1}, sb.Encode()[201:]...)...),
-		"no metadata blocks": mut(func(s *Super) { s.CkptBlocks = 1 }),
+		"short":               sb.Encode()[:100],
+		"version 0":           mut(func(s *Super) { s.Version = 0 }),
+		"block size":          mut(func(s *Super) { s.BlockSize = 3000 }),
+		"small block":         mut(func(s *Super) { s.BlockSize = 256 }),
+		"no AGs":              mut(func(s *Super) { s.AGCount = 0 }),
+		"too many AGs":        mut(func(s *Super) { s.AGCount = MaxAGCount + 1 }),
+		"AGs too small":       mut(func(s *Super) { s.AGBlocks = 1 }),
+		"empty last AG":       mut(func(s *Super) { s.AGBlocks = s.TotalBlocks }),
+		"AG overflow":         mut(func(s *Super) { s.AGBlocks = 1 << 63 }),
+		"ckpt in reserved":    mut(func(s *Super) { s.CkptStart = 1 }),
+		"ckpt overflow":       mut(func(s *Super) { s.CkptBlocks = 1<<63 + 1; s.JournalStart = s.CkptStart + 2*s.CkptBlocks }),
+		"journal start":       mut(func(s *Super) { s.JournalStart++ }),
+		"journal too long":    mut(func(s *Super) { s.JournalBlocks = s.TotalBlocks }),
+		"journal overflow":    mut(func(s *Super) { s.JournalBlocks = ^uint64(0) - s.JournalStart + 1 }),
+		"backup block":        mut(func(s *Super) { s.BackupBlock-- }),
+		"total blocks":        mut(func(s *Super) { s.TotalBlocks = 1 << 49 }),
+		"zero total":          mut(func(s *Super) { s.TotalBlocks = 0 }),
+		"checksum":            append(append([]byte{}, sb.Encode()[:200]...), append([]byte{1}, sb.Encode()[201:]...)...),
+		"no metadata blocks":  mut(func(s *Super) { s.CkptBlocks = 1 }),
+		"zone fields unzoned": mut(func(s *Super) { s.ZoneBlocks = 1 }),
+		"zoned, no zones":     mut(func(s *Super) { s.Incompat = IncompatZoned }),
+	}
+	z := testZonedSuper(t)
+	if got, err := DecodeSuper(z.Encode()); err != nil || *got != *z {
+		t.Fatalf("zoned round trip: %v", err)
+	}
+	zmut := func(f func(s *Super)) []byte { c := *z; f(&c); return c.Encode() }
+	for name, b := range map[string][]byte{
+		"cap above size":      zmut(func(s *Super) { s.ZoneCap = s.ZoneBlocks + 1 }),
+		"zones overlap meta":  zmut(func(s *Super) { s.DataStart = s.TotalBlocks - s.ZoneBlocks }),
+		"unaligned zones":     zmut(func(s *Super) { s.DataStart++ }),
+		"no sequential zones": zmut(func(s *Super) { s.DataZones = 0 }),
+		"zone overflow":       zmut(func(s *Super) { s.DataZones = 1 << 62 }),
+	} {
+		corrupt["zoned "+name] = b
+	}
+	if v2, err := DecodeSuper(mut(func(s *Super) { s.Version = 2 })); err != nil || v2.Zoned() {
+		t.Errorf("version 2 superblock: %v", err)
+	}
+	if _, err := DecodeSuper(mut(func(s *Super) { s.Version = 1 })); !errors.Is(err, ErrOldFormat) {
+		t.Errorf("version 1: %v, want ErrOldFormat", err)
 	}
 	for name, b := range corrupt {
 		if _, err := DecodeSuper(b); !errors.Is(err, ErrCorrupt) {
@@ -187,7 +246,7 @@ func TestSuperRoundTripAndValidation(t *testing.T) {
 	if _, err := DecodeSuper(mut(func(s *Super) { s.Version = Version + 1 })); !errors.Is(err, ErrNewerFormat) {
 		t.Errorf("newer version: %v", err)
 	}
-	if _, err := DecodeSuper(mut(func(s *Super) { s.Incompat = 1 })); !errors.Is(err, ErrNewerFormat) {
+	if _, err := DecodeSuper(mut(func(s *Super) { s.Incompat = IncompatSupported << 1 })); !errors.Is(err, ErrNewerFormat) {
 		t.Errorf("incompat feature: %v", err)
 	}
 	if s, err := DecodeSuper(mut(func(s *Super) { s.ROCompat = 1; s.Compat = 1 })); err != nil || !s.ReadOnlyOnly() {
@@ -248,6 +307,7 @@ func FuzzDecodeSuper(f *testing.F) {
 		f.Add(s.Encode())
 	}
 	f.Add(make([]byte, SuperSize))
+	f.Add(testZonedSuper(f).Encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := DecodeSuper(b)
 		if err != nil {
@@ -272,6 +332,12 @@ func FuzzDecodeSuper(f *testing.F) {
 		}
 		if hi, lo := bits.Mul64(s.TotalBlocks, uint64(s.BlockSize)); hi != 0 || lo >= 1<<63 {
 			t.Fatalf("device bytes overflow: %+v", s)
+		}
+		// Zoned: the sequential zones follow the conventional space and
+		// their block numbers and byte offsets cannot overflow.
+		if s.Zoned() && (s.DataStart < s.TotalBlocks || s.DataEnd() <= s.DataStart || s.DataEnd() > 1<<48 ||
+			s.ZoneCap > s.ZoneBlocks || s.InDataArea(s.MetaEnd(), 1)) {
+			t.Fatalf("zone geometry does not fit: %+v", s)
 		}
 		s2, err := DecodeSuper(s.Encode())
 		if err != nil || *s2 != *s {

@@ -12,6 +12,17 @@ type MkfsParams struct {
 	BlockSize uint32 // 0: 4096
 	AGCount   uint32 // 0: like mkfs.xfs
 	Label     string
+	// Zones, when set, makes the zoned layout: SizeBytes is then the
+	// conventional zones' size, which holds all metadata.
+	Zones *ZoneLayout
+}
+
+// ZoneLayout is a zoned device's shape in bytes, for the zoned layout.
+type ZoneLayout struct {
+	DataStart int64 // first sequential zone (a multiple of ZoneSize)
+	ZoneSize  int64
+	ZoneCap   int64
+	DataZones uint64
 }
 
 func clamp(v, lo, hi uint64) uint64 { return max(lo, min(v, hi)) }
@@ -74,6 +85,15 @@ func NewSuper(p MkfsParams) (*Super, error) {
 		JournalBlocks: journal,
 		BackupBlock:   total - 1,
 		CTime:         time.Now().UnixNano(),
+	}
+	if z := p.Zones; z != nil {
+		b := int64(bs)
+		if z.ZoneSize <= 0 || z.ZoneSize%b != 0 || z.ZoneCap%b != 0 || z.DataStart%b != 0 || z.DataStart < int64(size) {
+			return nil, fmt.Errorf("zone size %d, capacity %d, sequential start %d: not whole %d-byte blocks after %d bytes of conventional space",
+				z.ZoneSize, z.ZoneCap, z.DataStart, bs, size)
+		}
+		s.Incompat |= IncompatZoned
+		s.DataStart, s.ZoneBlocks, s.ZoneCap, s.DataZones = uint64(z.DataStart/b), uint64(z.ZoneSize/b), uint64(z.ZoneCap/b), z.DataZones
 	}
 	if len(p.Label) > len(s.Label) {
 		return nil, fmt.Errorf("label %q longer than %d bytes", p.Label, len(s.Label))

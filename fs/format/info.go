@@ -21,6 +21,13 @@ type Info struct {
 	ROCompat      uint32 `json:"features_ro_compat"`
 	Incompat      uint32 `json:"features_incompat"`
 	CreatedNs     int64  `json:"created_unix_ns"`
+	// Zoned layout only: the sequential zones file data lives in.
+	Zoned      bool   `json:"zoned"`
+	ZoneStart  uint64 `json:"zone_start,omitempty"`
+	ZoneBlocks uint64 `json:"zone_blocks,omitempty"`
+	ZoneCap    uint64 `json:"zone_cap_blocks,omitempty"`
+	Zones      uint64 `json:"zones,omitempty"`
+	ZonedBytes uint64 `json:"zoned_bytes,omitempty"`
 }
 
 // Info returns the geometry of s.
@@ -33,5 +40,7 @@ func (s *Super) Info() Info {
 		JournalStart: s.JournalStart, JournalBlocks: s.JournalBlocks,
 		DataStart: s.MetaEnd(), BackupBlock: s.BackupBlock,
 		Compat: s.Compat, ROCompat: s.ROCompat, Incompat: s.Incompat, CreatedNs: s.CTime,
+		Zoned: s.Zoned(), ZoneStart: s.DataStart, ZoneBlocks: s.ZoneBlocks, ZoneCap: s.ZoneCap, Zones: s.DataZones,
+		ZonedBytes: s.DataZones * s.ZoneCap * uint64(s.BlockSize),
 	}
 }

@@ -56,7 +56,7 @@ func (s *Store) apply(r *format.Record, freed *[]alloc.Extent) error {
 		if err := checkIno(r.Ino); err != nil {
 			return err
 		}
-		if r.PBlk < s.sb.MetaEnd() || r.PBlk+r.Len > s.sb.BackupBlock {
+		if !s.sb.InDataArea(r.PBlk, r.Len) {
 			return bad("extent %d+%d outside the data area", r.PBlk, r.Len)
 		}
 		return s.applyMap(r.Ino, Extent{LBlk: r.LBlk, Len: r.Len, PBlk: r.PBlk, Flags: r.Flags, Stream: r.Stream}, freed)

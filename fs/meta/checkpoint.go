@@ -65,6 +65,10 @@ func (h *logHost) Written(f wal.Frozen, nodeBytes uint64) {
 func (h *logHost) Release(frees []alloc.Extent) {
 	s := (*Store)(h)
 	for _, e := range frees {
+		if s.zones != nil && !s.sb.InMetaArea(e.Start, e.Len) {
+			s.zoneFree(e) // garbage until its zone is reset
+			continue
+		}
 		// Discard before the blocks can be handed out again.
 		if s.opts.Discard {
 			_ = s.dev.Discard(int64(e.Start*s.bs), int64(e.Len*s.bs))

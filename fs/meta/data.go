@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/streamfs/streamfs/alloc"
+	"github.com/streamfs/streamfs/alloc/zone"
 	"github.com/streamfs/streamfs/fs/format"
 )
 
@@ -88,17 +89,37 @@ func (s *Store) Write(in *Inode, p []byte, off int64, o WriteOpts) (int, error) 
 	if !s.roomForDirty() {
 		return 0, syscall.ENOSPC
 	}
-	n, done, err := s.overwrite(in, p, off)
+	var n int
+	var done bool
+	var err error
+	if s.zones == nil {
+		n, done, err = s.overwrite(in, p, off)
+	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if in.freed {
 		return 0, syscall.ENOENT
 	}
-	if !done {
-		if err := s.clearPastEOFLocked(in, in.attr.Size, uint64(off)); err != nil {
-			return 0, err
+	for !done {
+		if err := s.clearPastEOFLocked(in, in.attr.Size, uint64(off)+uint64(n)); err != nil {
+			if s.zoneWaitUnlocked(in, err) && !in.freed {
+				continue
+			}
+			return n, err
 		}
-		n, err = s.writeLocked(in, p, off)
+		m, werr := s.writeLocked(in, p[n:], off+int64(n))
+		n, err, done = n+m, werr, true
+		if werr != nil && n < len(p) {
+			// On zones, out of room until reclaim makes some: the size
+			// covers what landed, then the lock goes while we wait.
+			if m > 0 {
+				s.growSizeLocked(in, uint64(off)+uint64(n))
+			}
+			done = !s.zoneWaitUnlocked(in, werr)
+			if in.freed {
+				return 0, syscall.ENOENT
+			}
+		}
 	}
 	if err != nil && o.Writeback {
 		// The kernel takes a writeback WRITE's error and ignores its
@@ -133,6 +154,28 @@ func (s *Store) Write(in *Inode, p []byte, off int64, o WriteOpts) (int, error) 
 		s.addStreamBytes(in.attr.Stream, uint64(n))
 	}
 	return n, err
+}
+
+// growSizeLocked extends the size to end. in.mu is held.
+func (s *Store) growSizeLocked(in *Inode, end uint64) {
+	s.opLock.RLock()
+	if end > in.attr.Size {
+		in.attr.Size = end
+		s.markDirtyLocked(in)
+	}
+	s.opLock.RUnlock()
+}
+
+// zoneWaitUnlocked waits for room in the zones, with in.mu dropped, when
+// err says so (zone.WouldWait); in.mu is held again on return.
+func (s *Store) zoneWaitUnlocked(in *Inode, err error) bool {
+	var ww *zone.WouldWait
+	if s.zones == nil || !errors.As(err, &ww) {
+		return false
+	}
+	in.mu.Unlock()
+	defer in.mu.Lock()
+	return s.zoneWait(err)
 }
 
 // overwrite writes p in place when it lies inside the file and entirely
@@ -299,6 +342,9 @@ func (s *Store) visit(in *Inode, lblk, n uint64, out []Extent) ([]Extent, error)
 
 // writeLocked does the data part of a write. in.mu is held.
 func (s *Store) writeLocked(in *Inode, p []byte, off int64) (int, error) {
+	if s.zones != nil {
+		return s.zoneWriteLocked(in, p, off)
+	}
 	bs := int64(s.bs)
 	end := off + int64(len(p))
 	first := uint64(off / bs)
@@ -594,6 +640,12 @@ func (s *Store) zeroRange(in *Inode, lo, hi int64) error {
 		}
 		a := max(int64(x.LBlk)*bs, lo)
 		b := min(int64(x.End())*bs, hi)
+		if s.zones != nil {
+			if err := s.zoneZeroLocked(in, a, b); err != nil {
+				return err
+			}
+			continue
+		}
 		dev := int64(x.PBlk)*bs + a - int64(x.LBlk)*bs
 		if werr := s.dev.WriteAt(make([]byte, b-a), dev, s.devStream(in.attr.Stream)); werr != nil {
 			return s.dataError(in, werr)
@@ -702,8 +754,17 @@ const (
 	FallocZeroRange = 0x10
 )
 
-// Fallocate preallocates, punches or zeroes [off, off+length).
+// Fallocate preallocates, punches or zeroes [off, off+length). On zones
+// there is no preallocation (EOPNOTSUPP, as XFS on zoned devices): a
+// sequential zone cannot keep a location for a later write.
 func (s *Store) Fallocate(in *Inode, off, length int64, mode uint32) error {
+	if s.zones != nil && mode&(FallocPunchHole|FallocZeroRange) == 0 {
+		return syscall.EOPNOTSUPP
+	}
+	return s.zoneRetry(func() error { return s.fallocate(in, off, length, mode) })
+}
+
+func (s *Store) fallocate(in *Inode, off, length int64, mode uint32) error {
 	if err := s.writable(); err != nil {
 		return err
 	}
@@ -759,8 +820,10 @@ func (s *Store) Fallocate(in *Inode, off, length int64, mode uint32) error {
 		if err := s.clearRange(in, off, end); err != nil {
 			return err
 		}
-		if err := s.preallocLocked(in, uint64(off/bs), uint64((end+bs-1)/bs)); err != nil {
-			return err
+		if s.zones == nil {
+			if err := s.preallocLocked(in, uint64(off/bs), uint64((end+bs-1)/bs)); err != nil {
+				return err
+			}
 		}
 	default:
 		if err := s.preallocLocked(in, uint64(off/bs), uint64((end+bs-1)/bs)); err != nil {

@@ -13,12 +13,11 @@ import (
 // read or write the superblocks, the checkpoint slots or the journal, nor
 // a free hand metadata blocks to the allocator.
 func (s *Store) badExtent(ino uint64, e Extent) error {
-	end := e.PBlk + e.Len
-	if e.Len != 0 && e.PBlk >= s.sb.MetaEnd() && end > e.PBlk && end <= s.sb.BackupBlock {
+	if s.sb.InDataArea(e.PBlk, e.Len) {
 		return nil
 	}
-	return fmt.Errorf("inode %d extent %d+%d at device block %d outside the data area [%d, %d): %w",
-		ino, e.LBlk, e.Len, e.PBlk, s.sb.MetaEnd(), s.sb.BackupBlock, format.ErrCorrupt)
+	return fmt.Errorf("inode %d extent %d+%d at device block %d outside the data area: %w",
+		ino, e.LBlk, e.Len, e.PBlk, format.ErrCorrupt)
 }
 
 // checkExtents refuses exts, ino's extents, if one is outside the data

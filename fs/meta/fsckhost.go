@@ -160,7 +160,7 @@ func (c *checkImage) ReplaceTree(ag int, keys, vals [][]byte) error {
 // a step per block of every file here.
 func (c *checkImage) Withhold(start, n uint64) {
 	s := (*Store)(c)
-	if start < s.sb.MetaEnd() || start+n > s.sb.BackupBlock || start+n < start {
+	if !s.sb.InMetaArea(start, n) {
 		return
 	}
 	var free []alloc.Extent

@@ -37,12 +37,31 @@ func Signature(dev backend.Device) string {
 	return ""
 }
 
-// Mkfs writes a new, empty filesystem to dev.
+// Mkfs writes a new, empty filesystem to dev. On a zoned device (one with
+// conventional zones first) it makes the zoned layout: metadata in the
+// conventional zones, every sequential zone reset for file data.
 func Mkfs(dev backend.Device, p format.MkfsParams) (*format.Super, error) {
 	p.SizeBytes = dev.Size()
+	zdev, zoned := dev.(backend.Zoned)
+	if zoned {
+		g := zdev.Geometry()
+		if g.Conventional == 0 || g.Conventional >= g.Zones {
+			return nil, fmt.Errorf("zoned device with %d conventional zones of %d: the metadata needs conventional zones and the data sequential ones", g.Conventional, g.Zones)
+		}
+		p.SizeBytes = int64(g.Conventional) * g.ZoneSize
+		p.Zones = &format.ZoneLayout{DataStart: p.SizeBytes, ZoneSize: g.ZoneSize, ZoneCap: g.ZoneCap, DataZones: uint64(g.Zones - g.Conventional)}
+	}
 	sb, err := format.NewSuper(p)
 	if err != nil {
+		if zoned {
+			err = fmt.Errorf("conventional zones (%d MiB) for the metadata: %w", p.SizeBytes>>20, err)
+		}
 		return nil, err
+	}
+	if zoned {
+		if err := resetZones(zdev); err != nil {
+			return nil, fmt.Errorf("mkfs: %w", err)
+		}
 	}
 	bs := uint64(sb.BlockSize)
 	if int(bs)%dev.SectorSize() != 0 {
@@ -68,6 +87,23 @@ func Mkfs(dev backend.Device, p format.MkfsParams) (*format.Super, error) {
 		return nil, fmt.Errorf("mkfs: %w", err)
 	}
 	return sb, nil
+}
+
+// resetZones empties every sequential zone that holds data.
+func resetZones(dev backend.Zoned) error {
+	zones, err := dev.ReportZones(0, 0)
+	if err != nil {
+		return fmt.Errorf("zone report: %w", err)
+	}
+	for _, z := range zones {
+		if z.Type == backend.ZoneConventional || z.Cond == backend.ZoneEmpty || z.Cond == backend.ZoneOffline || z.Cond == backend.ZoneReadOnly {
+			continue
+		}
+		if err := dev.ZoneMgmt(backend.ZoneOpReset, z.Start); err != nil {
+			return fmt.Errorf("resetting the zone at %d: %w", z.Start, err)
+		}
+	}
+	return dev.Flush()
 }
 
 // initTrees builds the first checkpoint: every AG tree holds its AG header

@@ -804,6 +804,15 @@ type SetAttr struct {
 
 // Setattr applies a to in.
 func (s *Store) Setattr(in *Inode, a SetAttr) error {
+	if a.Size == nil || s.zones == nil {
+		return s.setattr(in, a)
+	}
+	// A truncate rewrites its new last block on zones, which may have to
+	// wait for reclaim: then it starts again.
+	return s.zoneRetry(func() error { return s.setattr(in, a) })
+}
+
+func (s *Store) setattr(in *Inode, a SetAttr) error {
 	if err := s.writable(); err != nil {
 		return err
 	}

@@ -84,6 +84,8 @@ type Store struct {
 	rotor  atomic.Uint32   // AG of the next new directory
 	ags    []agState       // per-AG counters
 
+	zones *zoneData // the zoned layout's data space (zoned.go); nil otherwise
+
 	trees       []*tree.Tree // one per AG; immutable after open
 	cache       *tree.Cache
 	metaReserve uint64 // blocks data allocation leaves for metadata
@@ -207,9 +209,15 @@ func ReadSuper(dev backend.Device) (sb *format.Super, usedBackup bool, err error
 	if errors.Is(perr, format.ErrNewerFormat) {
 		return nil, false, perr
 	}
-	// The backup is the last block of the device, for whatever block size.
+	// The backup is the last block of the device, for whatever block size
+	// (of the conventional zones on a zoned device).
+	size := dev.Size()
+	if z, ok := dev.(backend.Zoned); ok {
+		g := z.Geometry()
+		size = int64(g.Conventional) * g.ZoneSize
+	}
 	for bs := int64(65536); bs >= 512; bs /= 2 {
-		off := (dev.Size()/bs - 1) * bs
+		off := (size/bs - 1) * bs
 		if off <= 0 {
 			continue
 		}
@@ -267,6 +275,9 @@ func Open(dev backend.Device, opts Options) (*Store, error) {
 	s := newStore(dev, sb, opts, ro)
 	start := time.Now()
 	h, commits, records, err := s.load(!opts.NoRecovery)
+	if err == nil {
+		err = s.openZones()
+	}
 	if err != nil {
 		s.closeCaches()
 		return nil, err
@@ -297,6 +308,10 @@ func Open(dev backend.Device, opts Options) (*Store, error) {
 		// Replay reserved every block its records mapped; start afresh from
 		// the free-space records now that they are durable.
 		if err := s.rebuildAllocator(); err != nil {
+			s.closeCaches()
+			return nil, err
+		}
+		if err := s.loadZones(); err != nil {
 			s.closeCaches()
 			return nil, err
 		}
@@ -365,6 +380,11 @@ func (s *Store) makeWritable() error {
 		// block its records mapped): safe, space comes back at the next
 		// mount.
 		s.log.Warn("remount read-write: free space not rebuilt; blocks replay reserved stay in use until the next mount", zapErr(err))
+	}
+	if err := s.loadZones(); err != nil {
+		// Nothing was written to the zones; the checkpoint above is fine
+		// for a read-only mount too.
+		return fmt.Errorf("remount read-write: %w", err)
 	}
 	s.readOnly.Store(false)
 	s.freeClosedOrphans()
@@ -464,8 +484,8 @@ func (s *Store) load(recover bool) (h *format.CkptHeader, commits, records int, 
 
 // reserve marks blocks used in the allocator, whatever of them is free.
 func (s *Store) reserve(start, n uint64) {
-	if start < s.sb.MetaEnd() || start+n > s.sb.BackupBlock || start+n < start {
-		return // apply reports it
+	if !s.sb.InMetaArea(start, n) {
+		return // apply reports it, or blocks of a sequential zone (no free-space records)
 	}
 	if s.alloc.MarkUsed(start, n) == nil {
 		return
@@ -651,6 +671,9 @@ func (s *Store) closeCaches() {
 	if s.cache != nil {
 		s.cache.Close()
 	}
+	if s.zones != nil {
+		s.zones.a.Close()
+	}
 }
 
 // committer commits the journal periodically: the kernel never forwards
@@ -809,6 +832,16 @@ func (s *Store) Super() *format.Super { return s.sb }
 
 // Allocator returns the block allocator.
 func (s *Store) Allocator() *alloc.Allocator { return s.alloc }
+
+// MaxStreams is the number of write streams files may carry (the
+// FS_IOC_WRITE_STREAM GET_MAX answer): the AG allocator's, or on zones
+// what the open and active zone limits leave room for.
+func (s *Store) MaxStreams() uint32 {
+	if n, ok := s.zoneStreams(); ok {
+		return n
+	}
+	return s.alloc.MaxStreams()
+}
 
 // Device returns the backend device.
 func (s *Store) Device() backend.Device { return s.dev }

@@ -31,7 +31,7 @@ type nodePager struct {
 }
 
 func (p *nodePager) Read(blk uint64, buf []byte) error {
-	if blk < p.s.sb.MetaEnd() || blk >= p.s.sb.BackupBlock {
+	if !p.s.sb.InMetaArea(blk, 1) {
 		return fmt.Errorf("tree node at block %d outside the data area: %w", blk, format.ErrCorrupt)
 	}
 	if err := p.s.dev.ReadAt(buf, int64(blk*p.s.bs)); err != nil {
@@ -125,6 +125,9 @@ func (s *Store) splitByAG(start, n uint64, fn func(ag uint32, start, n uint64) e
 
 // spaceFree records [start, start+n) as free in the trees.
 func (s *Store) spaceFree(start, n uint64) error {
+	if s.sb.Zoned() && !s.sb.InMetaArea(start, n) {
+		return nil // a sequential zone's blocks have no free-space records
+	}
 	return s.splitByAG(start, n, func(ag uint32, start, n uint64) error {
 		return treeErr(s.trees[ag].Update(func(tx *tree.Tx) error { return freeInTx(tx, start, n) }))
 	})
@@ -132,6 +135,9 @@ func (s *Store) spaceFree(start, n uint64) error {
 
 // spaceUse records [start, start+n) as in use in the trees; it must be free.
 func (s *Store) spaceUse(start, n uint64) error {
+	if s.sb.Zoned() && !s.sb.InMetaArea(start, n) {
+		return nil
+	}
 	return s.splitByAG(start, n, func(ag uint32, start, n uint64) error {
 		return treeErr(s.trees[ag].Update(func(tx *tree.Tx) error { return useInTx(tx, start, n) }))
 	})

@@ -250,9 +250,16 @@ func (s *Store) Statfs() Statfs {
 	free -= min(free, uint64(max(s.metaHeld.Load(), 0)))
 	avail := free - min(free, s.metaReserve)
 	ff := free * (s.bs / 256)
+	blocks := s.sb.TotalBlocks - s.sb.MetaEnd() - 1
+	if s.zones != nil {
+		// File data lives in the sequential zones only; garbage counts
+		// as free (reclaim turns it into free zones).
+		sp := s.zones.a.Space()
+		blocks, avail = sp.Total, sp.Avail
+	}
 	return Statfs{
 		BlockSize: s.bs,
-		Blocks:    s.sb.TotalBlocks - s.sb.MetaEnd() - 1,
+		Blocks:    blocks,
 		Free:      avail,
 		Files:     used + ff,
 		FilesFree: ff,

@@ -167,7 +167,7 @@ func (f *fsck) checkTrees() {
 				}
 				continue
 			}
-			if x.e.PBlk < sb.MetaEnd() || x.e.PBlk+x.e.Len > sb.BackupBlock {
+			if !sb.InDataArea(x.e.PBlk, x.e.Len) {
 				// As e2fsck clears illegal blocks: the file gets a hole
 				// there, and its block count is fixed below.
 				if f.problem(true, "inode %d extent %d+%d at block %d outside the data area: dropped", x.ino, x.e.LBlk, x.e.Len, x.e.PBlk) {
