@@ -350,7 +350,8 @@ func (s *Super) DataEnd() uint64 {
 
 // InDataArea reports whether file data may lie in blocks [start, start+n):
 // between the metadata area and the backup superblock, or, on the zoned
-// layout, inside one sequential zone's capacity.
+// layout, inside the sequential zones' capacity (an extent spans zones only
+// where they have no gap: capacity equal to the zone size).
 func (s *Super) InDataArea(start, n uint64) bool {
 	end := start + n
 	if n == 0 || end < start {
@@ -362,8 +363,11 @@ func (s *Super) InDataArea(start, n uint64) bool {
 	if start < s.DataStart || end > s.DataEnd() {
 		return false
 	}
-	z := (start - s.DataStart) / s.ZoneBlocks
-	return end <= s.DataStart+z*s.ZoneBlocks+s.ZoneCap
+	z0, z1 := (start-s.DataStart)/s.ZoneBlocks, (end-1-s.DataStart)/s.ZoneBlocks
+	if z0 != z1 {
+		return s.ZoneCap == s.ZoneBlocks
+	}
+	return end <= s.DataStart+z0*s.ZoneBlocks+s.ZoneCap
 }
 
 // InMetaArea reports whether blocks [start, start+n) lie where the

@@ -180,6 +180,13 @@ func TestZonedDataArea(t *testing.T) {
 	if !z.InMetaArea(z.MetaEnd(), 1) || z.InMetaArea(z.DataStart, 1) {
 		t.Error("InMetaArea")
 	}
+	// Zones without a gap (capacity = size): appends to neighbouring
+	// zones make one extent.
+	full := *z
+	full.ZoneCap = full.ZoneBlocks
+	if !full.InDataArea(z.DataStart+zb-1, 2) || !full.InDataArea(z.DataStart, 16*zb) || full.InDataArea(z.DataStart, 16*zb+1) {
+		t.Error("InDataArea across gapless zones")
+	}
 }
 
 func TestSuperRoundTripAndValidation(t *testing.T) {
