@@ -230,13 +230,14 @@ func (s *Store) zoneWriteLocked(in *Inode, p []byte, off int64) (int, error) {
 }
 
 // zoneAlloc allocates for a write. Short of room it first commits the
-// journal when the open transaction frees blocks: they become garbage only
-// at the commit (and then reclaimable), as the AG allocator's retry after a
-// commit gets freed blocks back.
+// journal: blocks the open transaction frees become garbage only at the
+// commit (and then reclaimable), as the AG allocator's retry after a
+// commit gets freed blocks back. Always, not only with frees pending: a
+// commit another writer started may hold them, and Sync waits for it.
 func (s *Store) zoneAlloc(r zone.Request) (zone.Extent, error) {
 	e, err := s.zones.a.Alloc(context.Background(), r)
 	var ww *zone.WouldWait
-	if (errors.Is(err, zone.ErrNoSpace) || errors.As(err, &ww)) && s.j.PendingFreeBlocks() > 0 {
+	if errors.Is(err, zone.ErrNoSpace) || errors.As(err, &ww) {
 		if serr := s.j.Sync(); serr != nil {
 			return zone.Extent{}, serr
 		}
