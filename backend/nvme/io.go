@@ -219,7 +219,7 @@ func (d *Device) Close() error {
 		err = d.c.Close()
 	}
 	if d.claim != nil {
-		if cerr := d.claim.Close(); err == nil {
+		if cerr := d.claim.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("close device %s: %w", d.path, cerr)
 		}
 	}
