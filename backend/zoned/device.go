@@ -91,7 +91,7 @@ func (z *zone) load() (written int64, c backend.ZoneCond) {
 type Device struct {
 	media backend.Device
 	path  string
-	ro    bool
+	ro    atomic.Bool // opened read-only; cleared once by MakeWritable
 	label Label
 	geo   Geometry
 	cap   int64
@@ -114,7 +114,10 @@ type Device struct {
 	broken   atomic.Pointer[error] // the save error that broke the device
 }
 
-var _ backend.Zoned = (*Device)(nil)
+var (
+	_ backend.Zoned    = (*Device)(nil)
+	_ backend.Reopener = (*Device)(nil)
+)
 
 func init() {
 	backend.ZonedOpener = func(path string, ro bool) (backend.Device, bool, error) {
@@ -175,8 +178,9 @@ func Load(media backend.Device, ro bool) (d *Device, ok bool, err error) {
 		return nil, true, err
 	}
 	g := l.Geometry
-	d = &Device{media: media, path: media.Kind() + " media", ro: ro, label: l, geo: g, cap: g.Cap(),
+	d = &Device{media: media, path: media.Kind() + " media", label: l, geo: g, cap: g.Cap(),
 		zones: make([]zone, l.Zones), seq: seq}
+	d.ro.Store(ro)
 	for i := range d.zones {
 		z := &d.zones[i]
 		z.start = int64(i) * g.ZoneSize
@@ -300,7 +304,7 @@ func (d *Device) ReadAt(p []byte, off int64) error {
 // write may span several), in a sequential zone only at its write pointer,
 // in whole sectors, within the zone's capacity.
 func (d *Device) WriteAt(p []byte, off int64, stream uint32) error {
-	if d.ro {
+	if d.ro.Load() {
 		return d.errf("opened read-only: %w", syscall.EROFS)
 	}
 	if err := backend.CheckRange("write", off, int64(len(p)), d.Size()); err != nil {
@@ -334,7 +338,7 @@ func (d *Device) WriteAt(p []byte, off int64, stream uint32) error {
 // Append implements backend.Zoned: p goes to the write pointer of the zone
 // starting at zoneOff, and the offset it landed at comes back.
 func (d *Device) Append(p []byte, zoneOff int64, stream uint32) (int64, error) {
-	if d.ro {
+	if d.ro.Load() {
 		return 0, d.errf("opened read-only: %w", syscall.EROFS)
 	}
 	z, err := d.zoneStart(zoneOff)
@@ -512,7 +516,7 @@ func (d *Device) closeImplicitLocked(self *zone) bool {
 // back to empty). Reset and finish are saved before they return, as a
 // drive's are durable when they complete.
 func (d *Device) ZoneMgmt(op backend.ZoneOp, off int64) error {
-	if d.ro {
+	if d.ro.Load() {
 		return d.errf("opened read-only: %w", syscall.EROFS)
 	}
 	z, err := d.zoneStart(off)
@@ -674,7 +678,7 @@ func (d *Device) failed() error {
 // Flush implements backend.Device: completed writes and their write
 // pointers become durable.
 func (d *Device) Flush() error {
-	if d.ro {
+	if d.ro.Load() {
 		return nil
 	}
 	if err := d.save(false); err != nil {
@@ -688,7 +692,7 @@ func (d *Device) Flush() error {
 // back only by reset), which the Device contract allows: callers never
 // read discarded blocks.
 func (d *Device) Discard(off, length int64) error {
-	if d.ro {
+	if d.ro.Load() {
 		return d.errf("opened read-only: %w", syscall.EROFS)
 	}
 	if err := backend.CheckRange("discard", off, length, d.Size()); err != nil {
@@ -716,12 +720,27 @@ func (d *Device) MaxStreams() uint32 { return 0 }
 // Kind implements backend.Device.
 func (d *Device) Kind() string { return "zoned" }
 
+// MakeWritable implements backend.Reopener: the media turns read-write
+// (an image file keeps its flock), then the device takes writes. Nothing
+// was saved while read-only, so the next Flush saves what changes from
+// then on.
+func (d *Device) MakeWritable() error {
+	if !d.ro.Load() {
+		return nil
+	}
+	if err := backend.MakeWritable(d.media); err != nil {
+		return d.errf("%w", err)
+	}
+	d.ro.Store(false)
+	return nil
+}
+
 // Close saves the state (when writable), counters included, and closes
 // the media; a failed save is returned, but the media is closed all the
 // same.
 func (d *Device) Close() error {
 	var err error
-	if !d.ro {
+	if !d.ro.Load() {
 		if err = d.save(true); err != nil {
 			err = d.errf("%w", err)
 		}

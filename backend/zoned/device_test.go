@@ -643,3 +643,46 @@ func TestConcurrentActionsKeepLimits(t *testing.T) {
 		}
 	}
 }
+
+// TestMakeWritable: an image opened read-only refuses writes and actions
+// and saves nothing; after MakeWritable (the remount read-write) it takes
+// them, and what it then flushed survives a reopen.
+func TestMakeWritable(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "zoned.img")
+	if err := os.WriteFile(p, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(p, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := FormatFile(p, testGeometry()); err != nil {
+		t.Fatal(err)
+	}
+	d, ok, err := Open(p, true)
+	if err != nil || !ok {
+		t.Fatalf("open read-only: %v %v", ok, err)
+	}
+	z := int64(2 * testZone)
+	wantErr(t, d.WriteAt(pattern(4096, 1), z, 0), syscall.EROFS, "write while read-only")
+	wantErr(t, d.ZoneMgmt(backend.ZoneOpFinish, z), syscall.EROFS, "finish while read-only")
+	if err := backend.MakeWritable(d); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.WriteAt(pattern(4096, 1), z, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d, ok, err = Open(p, true)
+	if err != nil || !ok {
+		t.Fatalf("reopen: %v %v", ok, err)
+	}
+	defer d.Close()
+	if r := zoneCond(t, d, 2); r.WP != z+4096 {
+		t.Fatalf("write pointer %d after the reopen, want %d", r.WP, z+4096)
+	}
+}
