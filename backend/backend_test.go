@@ -581,3 +581,77 @@ func TestIsMountedExt4(t *testing.T) {
 		t.Errorf("open of a mounted device: got %v, want ErrBusy", err)
 	}
 }
+
+// TestOpenZNSFirst: a namespace goes to ZNSOpener first; a zoned one is
+// never handed to the FDP backend nor falls back to the block backend,
+// even when it fails to open; one that is not zoned goes on as before.
+func TestOpenZNSFirst(t *testing.T) {
+	dev, img := loopDevice(t, 8<<20, 512)
+	var st unix.Stat_t
+	if err := unix.Stat(dev, &st); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	blk, chr := filepath.Join(dir, "nvme7n1"), filepath.Join(dir, "ng7n1")
+	if err := unix.Mknod(blk, unix.S_IFBLK|0o600, int(st.Rdev)); err != nil {
+		t.Skipf("mknod: %v", err)
+	}
+	if err := unix.Mknod(chr, unix.S_IFCHR|0o600, int(unix.Mkdev(1, 3))); err != nil {
+		t.Skipf("mknod: %v", err)
+	}
+	oldN, oldZ := NVMeOpener, ZNSOpener
+	defer func() { NVMeOpener, ZNSOpener = oldN, oldZ }()
+	var calls []string
+	NVMeOpener = func(path string, ro bool) (Device, error) {
+		calls = append(calls, "nvme")
+		return nil, errors.New("not FDP capable")
+	}
+	// The zoned device the hook hands out: any Device does here.
+	other := filepath.Join(dir, "other.img")
+	if err := os.WriteFile(other, make([]byte, 4096), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	zoned, zerr := false, error(nil)
+	ZNSOpener = func(path string, ro bool) (Device, bool, error) {
+		calls = append(calls, "zns")
+		if !zoned || zerr != nil {
+			return nil, zoned, zerr
+		}
+		d, err := OpenFile(other, ro)
+		return d, true, err
+	}
+	open := func(path, kind string) (Device, error) {
+		calls = nil
+		d, err := Open(path, OpenOptions{Kind: kind})
+		if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
+			t.Skipf("device nodes unusable here: %v", err) // a nodev temp file system
+		}
+		return d, err
+	}
+
+	zoned = true
+	for _, p := range []string{blk, chr} {
+		d, err := open(p, "")
+		if err != nil || d.Kind() != "file" || fmt.Sprint(calls) != "[zns]" {
+			t.Fatalf("%s, zoned: %v, kind %v, calls %v", p, err, d, calls)
+		}
+		d.Close()
+	}
+	zerr = errors.New("zoned, unusable format")
+	if _, err := open(blk, ""); !errors.Is(err, zerr) || fmt.Sprint(calls) != "[zns]" {
+		t.Fatalf("zoned namespace that fails: %v, calls %v (must not fall back)", err, calls)
+	}
+
+	zoned, zerr = false, nil
+	d, err := open(blk, "")
+	if err != nil || d.Kind() != "block" || fmt.Sprint(calls) != "[zns nvme]" {
+		t.Fatalf("not zoned: %v, calls %v", err, calls)
+	}
+	d.Close()
+	if _, err := open(blk, "zns"); err == nil || !strings.Contains(err.Error(), "not a zoned namespace") {
+		t.Fatalf("kind zns on a namespace that is not zoned: %v", err)
+	}
+	if _, err := open(img, "zns"); err == nil || fmt.Sprint(calls) != "[zns]" {
+		t.Fatalf("kind zns on an image: %v, calls %v", err, calls)
+	}
+}

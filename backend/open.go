@@ -19,10 +19,22 @@ import (
 type OpenOptions struct {
 	// ReadOnly opens the device without write access.
 	ReadOnly bool
-	// Kind forces an implementation: "file", "block", "nvme", "ftl" or
+	// Kind forces the implementation of the device at path: "file",
+	// "block", "nvme" (FDP passthrough), "zns" (ZNS passthrough), "ftl" or
 	// "zoned"; "" picks one from the path's type (an image with an FTL
-	// model label opens as "ftl", one with a zoned label as "zoned").
+	// model label opens as "ftl", one with a zoned label as "zoned", an
+	// NVMe namespace of the zoned command set as "zns").
 	Kind string
+	// MetaPath names a second device for the filesystem's metadata, for a
+	// zoned device without conventional zones (a ZNS namespace), as XFS's
+	// zoned mode keeps its metadata on another device. The device at path
+	// must then be zoned; MetaPath (an image file, a block device or a
+	// namespace, opened by its type and with the same exclusive claim)
+	// must not be. Open joins them into one backend.Zoned (SplitOpener):
+	// the metadata device's whole zones come first, as conventional
+	// zones, then the zoned device's zones. The CLI's spelling is
+	// `-o metadev=PATH` (mount) and `--metadev PATH` (mkfs).
+	MetaPath string
 	// Warn, if set, hears why an automatic choice fell back (an NVMe
 	// namespace whose FDP setup cannot be used).
 	Warn func(msg string)
@@ -37,6 +49,17 @@ var NVMeOpener func(path string, ro bool) (Device, error)
 // its last block); ok false means the file has none. backend/ftl sets it
 // from its init, like NVMeOpener.
 var ModelOpener func(path string, ro bool, warn func(string)) (d Device, ok bool, err error)
+
+// ZNSOpener opens an NVMe namespace of the Zoned Namespace command set
+// with passthrough; ok false means the namespace is not known to be zoned
+// (another command set, or it could not be asked) and nothing is held.
+// backend/nvme sets it from its init, like NVMeOpener.
+var ZNSOpener func(path string, ro bool) (d Device, ok bool, err error)
+
+// SplitOpener joins a metadata device and a zoned data device into one
+// Zoned device (OpenOptions.MetaPath), which owns both from then on.
+// backend/split sets it from its init, like NVMeOpener.
+var SplitOpener func(meta, data Device, ro bool) (Device, error)
 
 // ZonedOpener opens an image file formatted as an emulated zoned device
 // (label in its last block); ok false means the file has none.
@@ -75,9 +98,14 @@ var (
 
 // Open opens the device at path. With Kind "" a regular file becomes a File,
 // a block device a Block, and an NVMe namespace (/dev/nvmeXnY or the
-// generic /dev/ngXnY) goes to NVMeOpener when it is set; a block namespace
-// the NVMe backend cannot drive falls back to Block.
+// generic /dev/ngXnY) goes to ZNSOpener, then, when it is not zoned, to
+// NVMeOpener, when they are set; a block namespace that is not zoned and
+// that the NVMe backend cannot drive falls back to Block. With MetaPath,
+// Open joins two devices (see OpenOptions.MetaPath).
 func Open(path string, opts OpenOptions) (Device, error) {
+	if opts.MetaPath != "" {
+		return openSplit(path, opts)
+	}
 	st, err := os.Stat(path)
 	if err != nil {
 		var pe *fs.PathError
@@ -114,14 +142,30 @@ func Open(path string, opts OpenOptions) (Device, error) {
 			return nil, fmt.Errorf("device %s: nvme backend not available", path)
 		}
 		return NVMeOpener(path, opts.ReadOnly)
+	case "zns":
+		if ZNSOpener == nil {
+			return nil, fmt.Errorf("device %s: zns backend not available", path)
+		}
+		d, ok, err := ZNSOpener(path, opts.ReadOnly)
+		if !ok && err == nil {
+			err = fmt.Errorf("device %s: not a zoned namespace", path)
+		}
+		return d, err
 	default:
-		return nil, fmt.Errorf("device %s: unknown device kind %q (want file, block, nvme, ftl or zoned)", path, opts.Kind)
+		return nil, fmt.Errorf("device %s: unknown device kind %q (want file, block, nvme, zns, ftl or zoned)", path, opts.Kind)
 	}
 
 	switch {
 	case mode.IsRegular():
 		return openImage(path, opts)
 	case isBlock:
+		if nvmeBlockName.MatchString(base) {
+			// A zoned namespace never falls back: its block node takes
+			// writes only at the write pointers.
+			if d, ok, err := openZNS(path, opts.ReadOnly); ok {
+				return d, err
+			}
+		}
 		if NVMeOpener != nil && nvmeBlockName.MatchString(base) {
 			d, err := NVMeOpener(path, opts.ReadOnly)
 			if err == nil {
@@ -134,6 +178,9 @@ func Open(path string, opts OpenOptions) (Device, error) {
 		}
 		return wrapOpen(OpenBlock(path, opts.ReadOnly))
 	case isChar && nvmeCharName.MatchString(base):
+		if d, ok, err := openZNS(path, opts.ReadOnly); ok {
+			return d, err
+		}
 		if NVMeOpener == nil {
 			return nil, fmt.Errorf("device %s: NVMe generic character device, but the nvme backend is not available", path)
 		}
@@ -141,6 +188,59 @@ func Open(path string, opts OpenOptions) (Device, error) {
 	default:
 		return nil, fmt.Errorf("device %s: is %s; want an image file, a block device or an NVMe namespace", path, describeMode(mode))
 	}
+}
+
+// openZNS asks ZNSOpener, when it is set, to open path as a zoned
+// namespace; ok false means it is not one.
+func openZNS(path string, ro bool) (d Device, ok bool, err error) {
+	if ZNSOpener == nil {
+		return nil, false, nil
+	}
+	return ZNSOpener(path, ro)
+}
+
+// openSplit opens the zoned data device at path and the metadata device at
+// opts.MetaPath, and joins them (SplitOpener). Kind applies to the data
+// device; the metadata device is opened by its type.
+func openSplit(path string, opts OpenOptions) (Device, error) {
+	meta := opts.MetaPath
+	if SplitOpener == nil {
+		return nil, fmt.Errorf("device %s with metadata device %s: split backend not available", path, meta)
+	}
+	// The same device twice would fail its own exclusive claim, with a
+	// message about another mount.
+	if a, err := os.Stat(path); err == nil {
+		if b, err := os.Stat(meta); err == nil && os.SameFile(a, b) {
+			return nil, fmt.Errorf("device %s: the metadata device is the device itself", path)
+		}
+	}
+	dataOpts := opts
+	dataOpts.MetaPath = ""
+	data, err := Open(path, dataOpts)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := data.(Zoned); !ok {
+		data.Close()
+		return nil, fmt.Errorf("device %s: a metadata device goes with a zoned device, this one is %s", path, data.Kind())
+	}
+	md, err := Open(meta, OpenOptions{ReadOnly: opts.ReadOnly, Warn: opts.Warn})
+	if err != nil {
+		data.Close()
+		return nil, fmt.Errorf("metadata device: %w", err)
+	}
+	if _, ok := md.(Zoned); ok {
+		md.Close()
+		data.Close()
+		return nil, fmt.Errorf("metadata device %s is zoned (%s); it must take writes anywhere", meta, md.Kind())
+	}
+	d, err := SplitOpener(md, data, opts.ReadOnly)
+	if err != nil {
+		md.Close()
+		data.Close()
+		return nil, fmt.Errorf("device %s with metadata device %s: %w", path, meta, err)
+	}
+	return d, nil
 }
 
 // wrapOpen turns a typed (*T, error) into (Device, error) without producing

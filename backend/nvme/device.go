@@ -82,6 +82,13 @@ func init() {
 		}
 		return d, nil
 	}
+	backend.ZNSOpener = func(path string, ro bool) (backend.Device, bool, error) {
+		z, zonedNS, err := openZoned(path, ro)
+		if err != nil {
+			return nil, zonedNS, err
+		}
+		return z, true, nil
+	}
 }
 
 var genericName = regexp.MustCompile(`^ng([0-9]+)n([0-9]+)$`)

@@ -203,48 +203,81 @@ var _ backend.Zoned = (*ZonedDevice)(nil)
 // kernel shows one) exclusively. It fails with ErrNotZoned for a namespace
 // of another command set.
 func OpenZoned(path string, ro bool) (*ZonedDevice, error) {
+	z, _, err := openZoned(path, ro)
+	return z, err
+}
+
+// openZoned is OpenZoned that also reports whether the namespace is known
+// to be zoned: true once its ZNS identify answered, so also for a zoned
+// namespace that then fails to open (a format streamfs cannot drive), which
+// must not be driven as an ordinary disk either.
+func openZoned(path string, ro bool) (z *ZonedDevice, zonedNS bool, err error) {
 	f, claim, err := openExclusive(path, ro)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	d := &Device{c: backend.NewClaimed(f, path, ro, 0), claim: claim, path: path}
 	nsid, err := withFdU32(f, namespaceID)
 	if err != nil {
 		d.Close()
-		return nil, fmt.Errorf("device %s: %w", path, err)
+		return nil, false, fmt.Errorf("device %s: %w", path, err)
 	}
 	d.nsid = nsid
-	z, err := newZoned(d)
+	zi, err := d.identifyZNS()
+	if err == nil {
+		zonedNS = true
+		z, err = newZonedFrom(d, zi)
+	}
 	if err != nil {
 		d.Close()
-		return nil, fmt.Errorf("device %s: %w", path, err)
+		return nil, zonedNS, fmt.Errorf("device %s: %w", path, err)
 	}
-	return z, nil
+	return z, true, nil
+}
+
+// identifyZNS reads the ZNS Identify Namespace of namespace d.nsid; it
+// fails with ErrNotZoned when the namespace has another command set. It
+// asks before the checks of identifyBase, so that a zoned namespace in a
+// format streamfs cannot drive is still known as zoned.
+func (d *Device) identifyZNS() (znsInfo, error) {
+	buf := backend.AlignedBuf(identifySize)
+	if err := d.identifyCmd(cnsNamespace, d.nsid, buf); err != nil {
+		return znsInfo{}, err
+	}
+	ns, err := parseIdentifyNS(buf)
+	if err != nil {
+		return znsInfo{}, err
+	}
+	c := passthru64{opcode: adminIdentify, nsid: d.nsid}
+	c.cdw10, c.cdw11 = identifyCSICDW(cnsNSCSI, csiZNS)
+	if _, err := d.cmd(true, &c, buf); err != nil {
+		return znsInfo{}, fmt.Errorf("identify namespace (zns): %w: %w", err, ErrNotZoned)
+	}
+	return parseIdentifyNSZNS(buf, ns.lbaf)
 }
 
 // newZoned identifies d (nsid and command path set) as a zoned namespace.
 func newZoned(d *Device) (*ZonedDevice, error) {
-	ns, _, err := d.identifyBase()
+	zi, err := d.identifyZNS()
 	if err != nil {
+		return nil, err
+	}
+	return newZonedFrom(d, zi)
+}
+
+// newZonedFrom sets up d, whose ZNS identify gave zi, as a zoned namespace.
+func newZonedFrom(d *Device, zi znsInfo) (*ZonedDevice, error) {
+	if _, _, err := d.identifyBase(); err != nil {
 		return nil, err
 	}
 	buf := backend.AlignedBuf(identifySize)
-	c := passthru64{opcode: adminIdentify, nsid: d.nsid}
-	c.cdw10, c.cdw11 = identifyCSICDW(cnsNSCSI, csiZNS)
-	if _, err := d.cmd(true, &c, buf); err != nil {
-		return nil, fmt.Errorf("identify namespace (zns): %w: %w", err, ErrNotZoned)
-	}
-	zi, err := parseIdentifyNSZNS(buf, ns.lbaf)
-	if err != nil {
-		return nil, err
-	}
 	if zi.zsze > uint64(d.size>>d.lbaShift) {
 		return nil, fmt.Errorf("zone size %d blocks beyond the namespace's %d: %w", zi.zsze, d.size>>d.lbaShift, ErrNotZoned)
 	}
 	z := &ZonedDevice{d: d, zns: zi, zoneSize: int64(zi.zsze) << d.lbaShift}
 	z.zones = int(d.size / z.zoneSize)
 	z.append = d.chunk
-	c = passthru64{opcode: adminIdentify}
+	c := passthru64{opcode: adminIdentify}
 	c.cdw10, c.cdw11 = identifyCSICDW(cnsCtrlCSI, csiZNS)
 	if _, err := d.cmd(true, &c, buf); err == nil && buf[0] != 0 {
 		// ZASL: a power of two in units of the minimum page size.

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 
@@ -133,6 +135,7 @@ type znsCtrl struct {
 	mor   uint32
 	razb  bool
 	zasl  uint8
+	ms    uint16     // metadata bytes per block of the format in use
 	mu    sync.Mutex // reads arrive in parallel
 	cmds  []uint8    // I/O opcodes in order
 }
@@ -256,7 +259,7 @@ func (c *znsCtrl) admin(cmd *passthru64, buf []byte) (uint64, error) {
 		le64(buf, 0, uint64(c.dev.Size())>>c.shift)
 		buf[25], buf[26] = 1, 0x01 // two formats, the second in use
 		le32(buf, 128, 9<<16)
-		le32(buf, 132, uint32(c.shift)<<16)
+		le32(buf, 132, uint32(c.shift)<<16|uint32(c.ms))
 	case cns == cnsController && csi == 0:
 		buf[77] = 5 // 128 KiB
 	case cns == cnsNSCSI && csi == csiZNS:
@@ -405,5 +408,44 @@ func TestOpenZonedRefusesOtherNamespaces(t *testing.T) {
 	}}
 	if _, err := newZoned(d); !errors.Is(err, ErrNotZoned) {
 		t.Fatalf("NVM namespace: %v", err)
+	}
+}
+
+// TestZonedKnownBeforeFormat: the command set is asked before the format
+// checks, so a zoned namespace streamfs cannot drive (metadata per block)
+// is still known as zoned (backend.Open must not fall back to the block
+// backend on it), and an FDP namespace is known as not zoned.
+func TestZonedKnownBeforeFormat(t *testing.T) {
+	c := newZNSCtrl(t, zoned.Geometry{ZoneSize: 1 << 20, Sector: 4096}, 4)
+	c.ms = 8
+	d := &Device{path: "test", nsid: znsNSID, submitFn: c.submit}
+	if _, err := d.identifyZNS(); err != nil {
+		t.Fatalf("zoned namespace with metadata: %v", err)
+	}
+	if _, err := newZoned(d); !errors.Is(err, ErrFormat) || errors.Is(err, ErrNotZoned) {
+		t.Fatalf("open of a zoned namespace with metadata: %v, want ErrFormat", err)
+	}
+	m := fdpModel()
+	ns := &memNS{nsid: m.nsid, shift: uint(m.lbads), maxBytes: 1 << 20, ctrl: m}
+	fd := &Device{path: "test", nsid: m.nsid, submitFn: ns.submit}
+	if _, err := fd.identifyZNS(); !errors.Is(err, ErrNotZoned) {
+		t.Fatalf("FDP namespace: %v, want ErrNotZoned", err)
+	}
+}
+
+// TestCloseWithClaim: closing a namespace opened through its generic node,
+// which also holds the block node's claim, succeeds.
+func TestCloseWithClaim(t *testing.T) {
+	dir := t.TempDir()
+	open := func(name string) *os.File {
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	d := &Device{c: backend.NewClaimed(open("ng0n1"), "ng0n1", false, 0), claim: open("nvme0n1"), path: "ng0n1"}
+	if err := d.Close(); err != nil {
+		t.Fatalf("close: %v", err)
 	}
 }
