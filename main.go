@@ -9,6 +9,8 @@ import (
 	_ "github.com/streamfs/streamfs/backend/nvme"
 	// So does the emulated zoned device: a zoned image opens as one.
 	_ "github.com/streamfs/streamfs/backend/zoned"
+	// And the split device: a zoned device with a metadata device beside it.
+	_ "github.com/streamfs/streamfs/backend/split"
 	"github.com/streamfs/streamfs/fs/cli"
 )
 

@@ -1,7 +1,8 @@
 // Package backend is the device layer: every byte streamfs stores goes through
 // a Device. Implementations: an image file (file.go), a block device
 // (block.go); NVMe FDP and ZNS passthrough live in backend/nvme, the FDP
-// drive model in backend/ftl, the emulated zoned device in backend/zoned.
+// drive model in backend/ftl, the emulated zoned device in backend/zoned,
+// a zoned device joined with a metadata device in backend/split.
 // Zoned devices (zone.go) add zone reports, zone actions and append. The write call
 // carries the stream so that hardware placement can honour it.
 package backend
@@ -32,7 +33,7 @@ type Device interface {
 	// MaxStreams is the number of hardware write streams (0 = none).
 	MaxStreams() uint32
 	// Kind names the implementation: "file", "block", "nvme", "ftl",
-	// "zoned" or "zns".
+	// "zoned" or "zns"; a split device names both ("file+zns").
 	Kind() string
 	// Close releases the device and its exclusive lock.
 	Close() error
