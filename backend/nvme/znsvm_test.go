@@ -11,9 +11,12 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/streamfs/streamfs/backend"
+	"github.com/streamfs/streamfs/backend/split"
 )
 
 // The geometry run.sh gives QEMU's zoned namespace.
@@ -147,4 +150,143 @@ func TestVMZoned(t *testing.T) {
 		t.Fatalf("reset off a zone start: %v", err)
 	}
 	must(z.Flush())
+}
+
+// TestVMZonedOpen runs after TestVMZoned on the same namespace: backend.Open
+// recognises it as zoned by itself (through either node), and a split
+// device over a metadata image and the namespace takes a short sequence of
+// writes, appends, actions and reports and keeps them across a reopen.
+func TestVMZonedOpen(t *testing.T) {
+	path := os.Getenv("STREAMFS_ZNS_DEV")
+	if path == "" {
+		t.Skip("STREAMFS_ZNS_DEV not set: no zoned namespace to test")
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	nodes := []string{path}
+	if blk := os.Getenv("STREAMFS_ZNS_BLOCK"); blk != "" {
+		nodes = append(nodes, blk)
+	} else {
+		t.Log("STREAMFS_ZNS_BLOCK not set: the block node is not tested")
+	}
+	for _, p := range nodes {
+		d, err := backend.Open(p, backend.OpenOptions{ReadOnly: true})
+		if err != nil {
+			t.Fatalf("open %s: %v", p, err)
+		}
+		z, ok := d.(backend.Zoned)
+		if !ok || d.Kind() != "zns" {
+			d.Close()
+			t.Fatalf("%s opens as %s, want zns", p, d.Kind())
+		}
+		if g := z.Geometry(); g.ZoneSize != vmZoneSize || g.ZoneCap != vmZoneCap || g.Zones != vmZones ||
+			g.Conventional != 0 || g.MaxOpen != vmMaxOpen || g.MaxActive != vmMaxActive {
+			d.Close()
+			t.Fatalf("%s: geometry %+v", p, g)
+		}
+		for _, q := range nodes {
+			if _, err := backend.Open(q, backend.OpenOptions{}); !errors.Is(err, backend.ErrBusy) {
+				d.Close()
+				t.Fatalf("open of %s while %s is open: %v, want busy", q, p, err)
+			}
+		}
+		if err := z.ZoneMgmt(backend.ZoneOpReset, 0); !errors.Is(err, syscall.EROFS) {
+			d.Close()
+			t.Fatalf("%s: reset while read-only: %v", p, err)
+		}
+		must(backend.MakeWritable(d))
+		must(d.Close())
+	}
+
+	// The split device: two metadata zones and a half from the image.
+	meta := filepath.Join(t.TempDir(), "meta.img")
+	must(os.WriteFile(meta, nil, 0o600))
+	must(os.Truncate(meta, 2*vmZoneSize+vmZoneSize/2))
+	open := func() *split.Device {
+		t.Helper()
+		d, err := backend.Open(path, backend.OpenOptions{MetaPath: meta})
+		if err != nil {
+			t.Fatalf("open with a metadata device: %v", err)
+		}
+		s, ok := d.(*split.Device)
+		if !ok {
+			d.Close()
+			t.Fatalf("opened %s, not a split device", d.Kind())
+		}
+		return s
+	}
+	d := open()
+	defer func() { d.Close() }()
+	const base = 2 * vmZoneSize
+	zs := func(i int) int64 { return int64(i) * vmZoneSize }
+	if g := d.Geometry(); d.Kind() != "file+zns" || g.Zones != vmZones+2 || g.Conventional != 2 ||
+		g.ZoneSize != vmZoneSize || g.ZoneCap != vmZoneCap || d.Size() != base+vmZones*vmZoneSize {
+		t.Fatalf("split device %s: geometry %+v, size %d", d.Kind(), g, d.Size())
+	}
+	// TestVMZoned left zones written and open: reset every one that is
+	// not empty, through the split device's report and actions.
+	all, err := d.ReportZones(0, 0)
+	must(err)
+	for _, z := range all {
+		if z.Type == backend.ZoneSeqWriteRequired && z.Cond != backend.ZoneEmpty {
+			must(d.ZoneMgmt(backend.ZoneOpReset, z.Start))
+		}
+	}
+	all, err = d.ReportZones(0, 0)
+	must(err)
+	for i, z := range all {
+		conv := i < 2
+		if z.Start != zs(i) || (z.Type == backend.ZoneConventional) != conv || (!conv && (z.Cond != backend.ZoneEmpty || z.WP != z.Start)) {
+			t.Fatalf("zone %d after the resets: %+v", i, z)
+		}
+	}
+
+	data := backend.AlignedBuf(1<<20 + 4096)
+	for i := range data {
+		data[i] = byte(i*11 + i>>12)
+	}
+	must(d.WriteAt(data[:8192], vmZoneSize-4096, backend.StreamMeta)) // across the metadata zones
+	must(d.WriteAt(data, base, 0))                                    // several commands
+	if err := d.WriteAt(data[:4096], base, 0); !errors.Is(err, backend.ErrZoneInvalidWrite) {
+		t.Fatalf("write below the write pointer: %v", err)
+	}
+	for i := range 3 {
+		at, err := d.Append(data[:64<<10], zs(3), 0)
+		if err != nil || at != zs(3)+int64(i)*64<<10 {
+			t.Fatalf("append %d: at %d, %v", i, at, err)
+		}
+	}
+	if _, err := d.Append(data[:4096], zs(1), 0); !errors.Is(err, backend.ErrZoneConventional) {
+		t.Fatalf("append to a metadata zone: %v", err)
+	}
+	must(d.ZoneMgmt(backend.ZoneOpFinish, zs(4)))
+	if r, err := d.ReportZones(zs(4), 1); err != nil || r[0].Cond != backend.ZoneFull {
+		t.Fatalf("finished zone: %v %v", r, err)
+	}
+	must(d.ZoneMgmt(backend.ZoneOpReset, zs(4)))
+	must(d.Flush())
+	must(d.Close())
+
+	d = open()
+	got := make([]byte, 8192+len(data))
+	must(d.ReadAt(got[:8192], vmZoneSize-4096))
+	if !bytes.Equal(got[:8192], data[:8192]) {
+		t.Fatal("metadata reads back wrong after the reopen")
+	}
+	must(d.ReadAt(got, base-8192)) // metadata zone's tail, then the data zone
+	if !bytes.Equal(got[8192:], data) {
+		t.Fatal("data zone reads back wrong after the reopen")
+	}
+	r, err := d.ReportZones(base, 3)
+	must(err)
+	if r[0].WP != base+int64(len(data)) || r[1].WP != zs(3)+3*64<<10 || r[2].Cond != backend.ZoneEmpty {
+		t.Fatalf("zones after the reopen: %+v", r)
+	}
+	for _, i := range []int{2, 3} {
+		must(d.ZoneMgmt(backend.ZoneOpReset, zs(i)))
+	}
 }
