@@ -202,6 +202,20 @@ func TestVMZonedOpen(t *testing.T) {
 		must(d.Close())
 	}
 
+	// The FDP namespace beside it is not zoned: asked first, the ZNS
+	// opener lets it go on to the FDP backend.
+	if fdp := os.Getenv("STREAMFS_NVME_DEV"); fdp != "" {
+		d, err := backend.Open(fdp, backend.OpenOptions{})
+		if err != nil {
+			t.Fatalf("open the FDP namespace %s: %v", fdp, err)
+		}
+		kind := d.Kind()
+		must(d.Close())
+		if kind != "nvme" {
+			t.Fatalf("FDP namespace %s opens as %s, want nvme", fdp, kind)
+		}
+	}
+
 	// The split device: two metadata zones and a half from the image.
 	meta := filepath.Join(t.TempDir(), "meta.img")
 	must(os.WriteFile(meta, nil, 0o600))
