@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/streamfs/streamfs/backend"
 	"github.com/streamfs/streamfs/backend/zoned"
@@ -322,4 +323,78 @@ func TestZonedFull(t *testing.T) {
 		mustWrite(t, s, in, chunk, off)
 	}
 	mustFsckZoned(t, s)
+}
+
+// heldFlush is a zoned device whose next Flush, once armed, waits until
+// release is closed: a journal commit stays in flight, its frees detached
+// from the open transaction but not yet released.
+type heldFlush struct {
+	*zoned.Device
+	armed            atomic.Bool
+	entered, release chan struct{}
+}
+
+func (d *heldFlush) Flush() error {
+	if d.armed.CompareAndSwap(true, false) {
+		close(d.entered)
+		<-d.release
+	}
+	return d.Device.Flush()
+}
+
+// A write that finds no free zone while a commit that frees blocks is in
+// flight waits for that commit (and then for reclaim) instead of failing
+// with ENOSPC: the open transaction no longer counts those frees.
+func TestZonedNoENOSPCDuringCommit(t *testing.T) {
+	path := newZonedImage(t, 6) // 36 MiB writable; 2 zones are reclaim's reserve
+	dev := &heldFlush{Device: openZoned(t, path), entered: make(chan struct{}), release: make(chan struct{})}
+	s, err := Open(dev, testOpts())
+	if err != nil {
+		dev.Close()
+		t.Fatal(err)
+	}
+	defer closeZoned(t, s, dev)
+	in := mustCreate(t, s, s.Root(), "f")
+	const size = 12 << 20 // two zones' capacity
+	mustWrite(t, s, in, make([]byte, size), 0)
+	if err := s.j.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	// Overwritten: two more zones, the first two become garbage at the
+	// next commit; no free zone is left beyond the reserve.
+	mustWrite(t, s, in, bytes.Repeat([]byte{1}, size), 0)
+	if sp := s.zones.a.Space(); sp.FreeZones > 2 || sp.Garbage != 0 {
+		t.Fatalf("setup: want 2 free zones and no garbage yet, have %+v", sp)
+	}
+	dev.armed.Store(true)
+	synced := make(chan error, 1)
+	go func() { synced <- s.j.Sync() }()
+	<-dev.entered // whichever commit took the frees is held in its flush
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := s.Write(in, bytes.Repeat([]byte{2}, 4096), 0, WriteOpts{})
+		wrote <- err
+	}()
+	// Give the write time to reach the allocator while the commit is
+	// held: without the wait for it, it fails at once with ENOSPC. (Had
+	// it not got there yet, the test passes without proving anything; it
+	// cannot fail with the wait in place.)
+	select {
+	case err := <-wrote:
+		close(dev.release)
+		t.Fatalf("write finished while the commit freeing its space was in flight: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(dev.release)
+	if err := <-synced; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-wrote; err != nil {
+		t.Fatalf("write after the commit freed two zones: %v", err)
+	}
+	want := bytes.Repeat([]byte{1}, size)
+	copy(want, bytes.Repeat([]byte{2}, 4096))
+	if got := readAll(t, s, in); !bytes.Equal(got, want) {
+		t.Fatalf("file differs at %d", firstDiff(got, want))
+	}
 }
