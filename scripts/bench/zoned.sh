@@ -232,7 +232,7 @@ verify_fio() {
 	# Each loop writes every file once and verifies it.
 	io=$(((CYCLES * 10 + 5) / 6))
 	local args=(--name=verify --directory="$MNT" --numjobs=4 --size="$size" --bssplit=4k/30:16k/40:128k/30
-		--direct=1 --ioengine=libaio --iodepth=4 --fallocate=none --verify=crc32c --verify_fatal=1)
+		--direct=1 --ioengine=libaio --iodepth=4 --fallocate=none --verify=crc32c --verify_fatal=1 --verify_state_save=0)
 	RUNTIME=1800 run_fio "$name" --rw=randwrite --loops="$io" --randrepeat=0 --do_verify=1 "${args[@]}"
 	cycled "$name" 0 0
 	local a b
