@@ -33,7 +33,7 @@ var synopsis = map[string]string{
 	"mkfs":    "mkfs [--size SIZE] [--ag-count N] [--block-size 4096] [-L LABEL] [--backend KIND] [--ftl SPEC [--ftl-trace FILE] | --zoned SPEC] [-f|--force] PATH",
 	"mount":   "mount [-o OPTIONS] PATH MOUNTPOINT",
 	"info":    "info [--json] PATH|MOUNTPOINT",
-	"fsck":    "fsck [-n] [-y|-p] [-f] [--backend KIND] PATH",
+	"fsck":    "fsck [-n] [-y|-p] [-f] [-v] [--backend KIND] PATH",
 	"stream":  "stream max|get|set PATH [ID]",
 	"bmap":    "bmap [-v] [--json] FILE",
 	"stats":   "stats [--json | --interval SECONDS [--count N]] MOUNTPOINT",
@@ -65,7 +65,7 @@ func usageLine(cmd string) string { return "usage: streamfs " + synopsis[cmd] }
 var flagCommands = map[string]func(stderr io.Writer) *flag.FlagSet{
 	"mkfs":  func(w io.Writer) *flag.FlagSet { f, _ := mkfsFlags(w); return f },
 	"info":  func(w io.Writer) *flag.FlagSet { f, _ := infoFlags(w); return f },
-	"fsck":  func(w io.Writer) *flag.FlagSet { f, _, _, _ := fsckFlags(w); return f },
+	"fsck":  func(w io.Writer) *flag.FlagSet { f, _, _, _, _ := fsckFlags(w); return f },
 	"bmap":  func(w io.Writer) *flag.FlagSet { f, _ := bmapFlags(w); return f },
 	"stats": func(w io.Writer) *flag.FlagSet { f, _ := statsFlags(w); return f },
 }

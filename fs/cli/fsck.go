@@ -12,8 +12,9 @@ import (
 )
 
 // fsckFlags defines fsck's flags.
-func fsckFlags(stderr io.Writer) (f *flag.FlagSet, no, yes *bool, kind *string) {
+func fsckFlags(stderr io.Writer) (f *flag.FlagSet, no, yes, verbose *bool, kind *string) {
 	f = newFlags("fsck", stderr)
+	verbose = f.Bool("v", false, "verbose: on a zoned filesystem, each sequential zone's written, live and garbage blocks")
 	no = f.Bool("n", false, "check only: open the device read-only and change nothing (the default)")
 	yes = f.Bool("y", false, "repair every problem that can be repaired")
 	// e2fsck habits: -p (preen) repairs what is safe, which here is every
@@ -21,16 +22,16 @@ func fsckFlags(stderr io.Writer) (f *flag.FlagSet, no, yes *bool, kind *string) 
 	f.BoolVar(yes, "p", false, "the same as -y (e2fsck's preen: every streamfs repair is automatic)")
 	_ = f.Bool("f", false, "accepted for e2fsck habits: every check is a full check")
 	kind = f.String("backend", "", "force a backend: `KIND` is file, block, nvme or ftl (default: by what PATH is)")
-	return f, no, yes, kind
+	return f, no, yes, verbose, kind
 }
 
-// Fsck implements `streamfs fsck [-n] [-y] PATH`. It checks an unmounted
+// Fsck implements `streamfs fsck [-n] [-y] [-v] PATH`. It checks an unmounted
 // device or image: -n (the default) only reports and opens the device
 // read-only; -y repairs what it can and writes a new checkpoint. The exit
 // status is e2fsck's: 0 clean, 1 errors corrected, 4 errors left
 // uncorrected, 8 operational error, 16 usage error.
 func Fsck(args []string, stdout, stderr io.Writer) int {
-	f, no, yes, kind := fsckFlags(stderr)
+	f, no, yes, verbose, kind := fsckFlags(stderr)
 	pos, err := parseFlags(f, args)
 	if err != nil {
 		return fsck.Usage
@@ -80,6 +81,7 @@ func Fsck(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "%s: checkpoint %d + %d journal commits; %d inodes (%d directories, %d files), %d blocks used, %d free\n",
 		path, rep.Checkpoint, rep.ReplayedCommits, rep.Inodes, rep.Dirs, rep.Files, rep.UsedBlocks, rep.FreeBlocks)
+	printZones(stdout, path, rep, *verbose)
 	code := rep.ExitCode()
 	switch code {
 	case fsck.Clean:
@@ -95,4 +97,35 @@ func Fsck(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s: %d errors left uncorrected%s\n", path, left, hint)
 	}
 	return code
+}
+
+// printZones prints a zoned filesystem's sequential zones: a summary line,
+// and with verbose one line per zone that is not empty.
+func printZones(w io.Writer, path string, rep *fsck.Report, verbose bool) {
+	if len(rep.Zones) == 0 {
+		return
+	}
+	var empty, garbageZones int
+	var live, garbage uint64
+	for _, z := range rep.Zones {
+		live, garbage = live+z.Live, garbage+z.Garbage
+		if z.Written == 0 {
+			empty++
+		}
+		if z.Garbage > 0 {
+			garbageZones++
+		}
+	}
+	fmt.Fprintf(w, "%s: %d sequential zones (%d empty): %d blocks live, %d blocks of garbage in %d zones (reclaimable)\n",
+		path, len(rep.Zones), empty, live, garbage, garbageZones)
+	if !verbose {
+		return
+	}
+	fmt.Fprintf(w, "%6s %12s %-14s %10s %10s %10s\n", "ZONE", "START-BLOCK", "COND", "WRITTEN", "LIVE", "GARBAGE")
+	for _, z := range rep.Zones {
+		if z.Written == 0 {
+			continue // the summary counts the empty ones
+		}
+		fmt.Fprintf(w, "%6d %12d %-14s %10d %10d %10d\n", z.Zone, z.Start, z.Cond, z.Written, z.Live, z.Garbage)
+	}
 }

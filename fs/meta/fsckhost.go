@@ -35,6 +35,7 @@ var (
 	_ = (fsck.Space)((*checkImage)(nil))
 	_ = (fsck.Counters)((*checkImage)(nil))
 	_ = (fsck.Repairs)((*checkImage)(nil))
+	_ = (fsck.Zones)((*checkImage)(nil))
 	_ = (fsck.Edit)((*fsckEdit)(nil))
 )
 
@@ -213,6 +214,19 @@ func (c *checkImage) SetNextAgino(ag int, agino uint32) { c.agNext[ag].Store(agi
 
 // Rotor implements fsck.Counters.
 func (c *checkImage) Rotor() uint32 { return c.rotor.Load() }
+
+// ZoneReport implements fsck.Zones.
+func (c *checkImage) ZoneReport() ([]backend.Zone, bool, error) {
+	z, ok := c.dev.(backend.Zoned)
+	if !ok {
+		return nil, false, nil
+	}
+	report, err := z.ReportZones(0, 0)
+	if err != nil {
+		return nil, true, fmt.Errorf("%s: %w", c.dev.Kind(), err)
+	}
+	return report, true, nil
+}
 
 // Edit implements fsck.Repairs.
 func (c *checkImage) Edit() fsck.Edit { return &fsckEdit{t: txn{s: (*Store)(c)}} }

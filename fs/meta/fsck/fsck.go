@@ -41,9 +41,12 @@ type Report struct {
 	Inodes          int
 	Dirs, Files     int
 	Orphans         int    // unlinked inodes the next mount frees
-	UsedBlocks      uint64 // data blocks files map
-	FreeBlocks      uint64
-	Wrote           bool // a repaired checkpoint or superblock was written
+	UsedBlocks      uint64 // blocks tree nodes and files hold (zoned layout: tree nodes; Zones has the data)
+	FreeBlocks      uint64 // on the zoned layout: of the conventional (metadata) space
+	// Zones are the sequential zones of a zoned filesystem, with their
+	// live and garbage blocks.
+	Zones []ZoneUsage
+	Wrote bool // a repaired checkpoint or superblock was written
 }
 
 // Exit statuses (as e2fsck's).

@@ -58,6 +58,7 @@ type fakeImage struct {
 	l       Loader
 
 	onLoad      func(l Loader) // damage the load reports
+	zones       []backend.Zone // the device's zones (nil: not zoned)
 	checkpoints int
 	skipped     uint64
 	edits       int
@@ -72,7 +73,15 @@ var (
 
 func newFakeImage(t *testing.T) (*fakeImage, backend.Device) {
 	t.Helper()
-	sb, err := format.NewSuper(format.MkfsParams{SizeBytes: 32 << 20, AGCount: 1})
+	return newFakeImageOn(t, nil)
+}
+
+// newFakeImageOn makes the fake image, on the zoned layout when zl is set:
+// the file's 8 blocks then lie at the start of the first sequential zone,
+// whose write pointer is right after them.
+func newFakeImageOn(t *testing.T, zl *format.ZoneLayout) (*fakeImage, backend.Device) {
+	t.Helper()
+	sb, err := format.NewSuper(format.MkfsParams{SizeBytes: 32 << 20, AGCount: 1, Zones: zl})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +110,20 @@ func newFakeImage(t *testing.T) (*fakeImage, backend.Device) {
 	fi.put(format.InodeKey(rootIno), format.InodeVal(&root))
 	fi.put(format.InodeKey(2), format.InodeVal(&file))
 	fi.put(format.DirentKey(rootIno, "f"), format.DirentVal(2, file.Mode))
-	fi.put(format.ExtentKey(2, 0), format.ExtentVal(8, sb.MetaEnd()+fileBlk, 0, 0))
+	fileAt := sb.MetaEnd() + fileBlk
+	if sb.Zoned() {
+		fileAt = sb.DataStart
+		bs := int64(sb.BlockSize)
+		for off := int64(0); off < int64(sb.TotalBlocks)*bs; off += zl.ZoneSize {
+			fi.zones = append(fi.zones, backend.Zone{Start: off, Len: zl.ZoneSize, Cap: zl.ZoneSize, WP: off, Type: backend.ZoneConventional, Cond: backend.ZoneNotWP})
+		}
+		for j := range int64(sb.DataZones) {
+			off := zl.DataStart + j*zl.ZoneSize
+			fi.zones = append(fi.zones, backend.Zone{Start: off, Len: zl.ZoneSize, Cap: zl.ZoneCap, WP: off, Type: backend.ZoneSeqWriteRequired, Cond: backend.ZoneEmpty})
+		}
+		fi.setWP(0, 8)
+	}
+	fi.put(format.ExtentKey(2, 0), format.ExtentVal(8, fileAt, 0, 0))
 	h := format.AGHeader{NextAgino: 3, Inodes: 2}
 	fi.put(format.AGHeaderKey(), h.Encode())
 	fi.put(format.RotorKey(), binary.LittleEndian.AppendUint32(nil, 0))
@@ -110,8 +132,12 @@ func newFakeImage(t *testing.T) (*fakeImage, backend.Device) {
 	if !slices.Equal(nodes, []uint64{sb.MetaEnd()}) {
 		t.Fatalf("setup: tree nodes at %v, want one at %d", nodes, sb.MetaEnd())
 	}
-	fi.put(format.FreeKey(sb.MetaEnd()+1), format.FreeVal(fileBlk-1))
-	fi.put(format.FreeKey(sb.MetaEnd()+fileBlk+8), format.FreeVal(sb.BackupBlock-sb.MetaEnd()-fileBlk-8))
+	if sb.Zoned() {
+		fi.put(format.FreeKey(sb.MetaEnd()+1), format.FreeVal(sb.BackupBlock-sb.MetaEnd()-1))
+	} else {
+		fi.put(format.FreeKey(sb.MetaEnd()+1), format.FreeVal(fileBlk-1))
+		fi.put(format.FreeKey(sb.MetaEnd()+fileBlk+8), format.FreeVal(sb.BackupBlock-sb.MetaEnd()-fileBlk-8))
+	}
 	if n := fi.nodes(); !slices.Equal(n, nodes) {
 		t.Fatalf("setup: tree nodes moved to %v", n)
 	}
@@ -150,6 +176,24 @@ func (fi *fakeImage) setFree(ext ...uint64) {
 	for i := 0; i < len(ext); i += 2 {
 		fi.put(format.FreeKey(ext[i]), format.FreeVal(ext[i+1]))
 	}
+}
+
+// setWP moves sequential zone j's write pointer to blocks from its start.
+func (fi *fakeImage) setWP(j int, blocks uint64) {
+	z := &fi.zones[len(fi.zones)-int(fi.sb.DataZones)+j]
+	z.WP = z.Start + int64(blocks)*int64(fi.sb.BlockSize)
+	z.Cond = backend.ZoneClosed
+	switch {
+	case blocks == 0:
+		z.Cond = backend.ZoneEmpty
+	case z.WP == z.Start+z.Cap:
+		z.Cond = backend.ZoneFull
+	}
+}
+
+// Zones.
+func (fi *fakeImage) ZoneReport() ([]backend.Zone, bool, error) {
+	return slices.Clone(fi.zones), fi.zones != nil, nil
 }
 
 // Host.

@@ -47,6 +47,7 @@ type Image interface {
 	Space
 	Counters
 	Repairs
+	Zones
 }
 
 // Loading reads the image into memory and writes the repaired result.
@@ -98,6 +99,13 @@ type Space interface {
 	// Withhold marks the free blocks of [start, start+n) used, so that no
 	// tree node goes there; blocks outside the data area are ignored.
 	Withhold(start, n uint64)
+}
+
+// Zones is the device's zone state, for the zoned layout's checks.
+type Zones interface {
+	// ZoneReport describes every zone of the device, write pointers
+	// included; ok is false when the device has no zones.
+	ZoneReport() (zones []backend.Zone, ok bool, err error)
 }
 
 // StreamKey is a stream id and where an inode's stream came from

@@ -14,7 +14,8 @@ import (
 const freeSpace = "free space"
 
 // checkSpace checks that every block of the data area has exactly one
-// owner: free, a tree node or a file's extent. The free-space records are
+// owner: free, a tree node or a file's extent (on the zoned layout, the
+// conventional zones: free or a tree node; zones.go checks file data). The free-space records are
 // derived data: where they disagree with what is in use (a free extent
 // over a file's blocks or a tree node, blocks neither free nor in use, a
 // malformed or misplaced record; freeBad says the walk found one of the
@@ -27,6 +28,10 @@ func (f *fsck) checkSpace(owners []owner, freeBad bool) {
 	cursor := sb.MetaEnd()
 	prev := owner{0, cursor, "the metadata area"} // the owner reaching furthest so far
 	for _, o := range owners {
+		if o.what != freeSpace && !sb.InMetaArea(o.start, o.n) {
+			f.problem(false, "blocks %d+%d (%s) lie outside the metadata area", o.start, o.n, o.what)
+			continue
+		}
 		switch {
 		case o.start < cursor && (o.what == freeSpace || prev.what == freeSpace):
 			freeBad = true

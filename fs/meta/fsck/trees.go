@@ -67,7 +67,8 @@ func (f *fsck) checkTrees() {
 		name     string
 	}
 	var dirents []dirent
-	var owners []owner
+	var owners, zoneExts []owner
+	zones := f.loadZones() // nil unless zoned with usable write pointers
 	orphans := map[uint64]bool{}
 	counts := make([]agCount, len(trees))
 	freeBad := false // a free-space record is malformed or misplaced
@@ -167,10 +168,19 @@ func (f *fsck) checkTrees() {
 				}
 				continue
 			}
-			if !sb.InDataArea(x.e.PBlk, x.e.Len) {
+			why := ""
+			switch {
+			case !sb.InDataArea(x.e.PBlk, x.e.Len) && sb.Zoned():
+				why = fmt.Sprintf("at block %d outside the sequential zones", x.e.PBlk)
+			case !sb.InDataArea(x.e.PBlk, x.e.Len):
+				why = fmt.Sprintf("at block %d outside the data area", x.e.PBlk)
+			case zones != nil:
+				why = zones.badExtent(x.e.PBlk, x.e.Len)
+			}
+			if why != "" {
 				// As e2fsck clears illegal blocks: the file gets a hole
 				// there, and its block count is fixed below.
-				if f.problem(true, "inode %d extent %d+%d at block %d outside the data area: dropped", x.ino, x.e.LBlk, x.e.Len, x.e.PBlk) {
+				if f.problem(true, "inode %d extent %d+%d %s: dropped", x.ino, x.e.LBlk, x.e.Len, why) {
 					if _, err := t.Delete(format.ExtentKey(x.ino, x.e.LBlk)); err != nil {
 						f.problem(false, "dropping extent of inode %d: %v", x.ino, err)
 					}
@@ -181,11 +191,21 @@ func (f *fsck) checkTrees() {
 				continue
 			}
 			in.blocks += x.e.Len
-			owners = append(owners, owner{x.e.PBlk, x.e.Len, fmt.Sprintf("inode %d", x.ino)})
+			o := owner{x.e.PBlk, x.e.Len, fmt.Sprintf("inode %d", x.ino)}
+			if sb.Zoned() {
+				// The free-space records describe only the conventional
+				// zones; file data is checked against the zones.
+				zoneExts = append(zoneExts, o)
+			} else {
+				owners = append(owners, o)
+			}
 		}
 	}
 	f.checkACLs(acls)
 	f.checkSpace(owners, freeBad)
+	if zones != nil {
+		f.checkZones(zones, zoneExts)
+	}
 	f.checkCounters(counts)
 	// Directory entries.
 	tx := img.Edit()
