@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/streamfs/streamfs/alloc"
+	"github.com/streamfs/streamfs/backend"
 	"github.com/streamfs/streamfs/backend/ftl"
 	"github.com/streamfs/streamfs/backend/nvme"
 	"github.com/streamfs/streamfs/fs/format"
@@ -19,6 +20,19 @@ type InfoDoc struct {
 	FDP     *nvme.FDPInfo `json:"fdp,omitempty"`
 	// Model is the geometry of a modelled FDP SSD (backend ftl).
 	Model *ftl.Label `json:"ftl,omitempty"`
+	// ZoneGeometry is a zoned device's shape (zone size and capacity in
+	// bytes, conventional and total zones, open and active limits).
+	ZoneGeometry *backend.ZoneGeometry `json:"zone_geometry,omitempty"`
+}
+
+// ZoneGeometryOf returns dev's zone geometry, nil when it has no zones.
+func ZoneGeometryOf(dev backend.Device) *backend.ZoneGeometry {
+	z, ok := dev.(backend.Zoned)
+	if !ok {
+		return nil
+	}
+	g := z.Geometry()
+	return &g
 }
 
 // fdpDevice is what the NVMe backend offers beyond backend.Device.
@@ -28,7 +42,7 @@ type fdpDevice interface {
 }
 
 func infoDoc(st *meta.Store) ([]byte, error) {
-	doc := InfoDoc{Info: st.Super().Info(), Backend: st.Device().Kind()}
+	doc := InfoDoc{Info: st.Super().Info(), Backend: st.Device().Kind(), ZoneGeometry: ZoneGeometryOf(st.Device())}
 	if d, ok := st.Device().(fdpDevice); ok {
 		i := d.FDPInfo()
 		doc.FDP = &i
@@ -42,12 +56,16 @@ func infoDoc(st *meta.Store) ([]byte, error) {
 
 // BmapExtent is one row of `streamfs bmap --json`.
 type BmapExtent struct {
-	Offset    uint64 `json:"offset"` // bytes into the file
-	Length    uint64 `json:"length"` // bytes
-	Block     uint64 `json:"block"`  // filesystem block number
-	AG        uint32 `json:"ag"`
-	Stream    uint32 `json:"stream"` // stream the extent was written under
-	Unwritten bool   `json:"unwritten"`
+	Offset uint64 `json:"offset"` // bytes into the file
+	Length uint64 `json:"length"` // bytes
+	Block  uint64 `json:"block"`  // filesystem block number
+	// AG is the extent's allocation group; on the zoned layout file data
+	// lies in no AG, and Zone is its zone instead (the device's zone
+	// index: block / zone size).
+	AG        *uint32 `json:"ag,omitempty"`
+	Zone      *uint64 `json:"zone,omitempty"`
+	Stream    uint32  `json:"stream"` // stream the extent was written under
+	Unwritten bool    `json:"unwritten"`
 }
 
 // BmapDoc is the whole `streamfs bmap --json` document.
@@ -115,11 +133,15 @@ type StatsDoc struct {
 	NodesPruned uint64         `json:"fuse_nodes_pruned"`
 	FDP         *nvme.FDPStats `json:"fdp,omitempty"`
 	FDPError    string         `json:"fdp_error,omitempty"`
+	// Zones are the zoned layout's counters: zone space, the zone
+	// allocator's slots and inode-to-zone cache, reclaim, and per stream
+	// the bytes written and copied by reclaim.
+	Zones *meta.ZoneCounters `json:"zones,omitempty"`
 }
 
 func bmapDoc(st *meta.Store, in *meta.Inode) ([]byte, error) {
-	bs := uint64(st.Super().BlockSize)
-	agBlocks := st.Super().AGBlocks
+	sb := st.Super()
+	bs := uint64(sb.BlockSize)
 	a := in.Attr()
 	doc := BmapDoc{BlockSize: uint32(bs), Extents: []BmapExtent{}, Stream: a.Stream, StreamSource: StreamSourceName(a.StreamSrc)}
 	exts, err := st.Extents(in)
@@ -127,10 +149,13 @@ func bmapDoc(st *meta.Store, in *meta.Inode) ([]byte, error) {
 		return nil, err
 	}
 	for _, e := range exts {
-		doc.Extents = append(doc.Extents, BmapExtent{
-			Offset: e.LBlk * bs, Length: e.Len * bs, Block: e.PBlk,
-			AG: uint32(e.PBlk / agBlocks), Stream: e.Stream, Unwritten: e.Unwritten(),
-		})
+		x := BmapExtent{Offset: e.LBlk * bs, Length: e.Len * bs, Block: e.PBlk, Stream: e.Stream, Unwritten: e.Unwritten()}
+		if sb.Zoned() {
+			x.Zone = ptr(e.PBlk / sb.ZoneBlocks)
+		} else {
+			x.AG = ptr(uint32(e.PBlk / sb.AGBlocks))
+		}
+		doc.Extents = append(doc.Extents, x)
 	}
 	return json.Marshal(doc)
 }
@@ -164,6 +189,9 @@ func statsDoc(f *FS) ([]byte, error) {
 			FromSet: src[format.StreamSrcSet], FromDir: src[format.StreamSrcDir], FromRule: src[format.StreamSrcRule]})
 	}
 	sort.Slice(doc.Streams, func(i, j int) bool { return doc.Streams[i].Stream < doc.Streams[j].Stream })
+	if zc, ok := st.ZoneCounters(); ok {
+		doc.Zones = &zc
+	}
 	if d, ok := st.Device().(fdpDevice); ok {
 		if fs, err := d.FDPStats(); err != nil {
 			doc.FDPError = err.Error()
@@ -173,3 +201,5 @@ func statsDoc(f *FS) ([]byte, error) {
 	}
 	return json.Marshal(doc)
 }
+
+func ptr[T any](v T) *T { return &v }

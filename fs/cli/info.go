@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 
 	"github.com/streamfs/streamfs/backend"
 	"github.com/streamfs/streamfs/backend/ftl"
 	"github.com/streamfs/streamfs/backend/nvme"
+	"github.com/streamfs/streamfs/backend/zoned"
 	sfs "github.com/streamfs/streamfs/fs"
 	"github.com/streamfs/streamfs/fs/meta"
 	"github.com/streamfs/streamfs/ioctl"
@@ -79,6 +81,12 @@ func readInfo(path string) (sfs.InfoDoc, error) {
 		info.Model = &l
 		info.Backend = "ftl"
 	}
+	// An emulated zoned image shows its zones (read from its label and
+	// state without the device's lock, as the superblock is).
+	if d, ok, err := zoned.Load(rawDevice{fh}, true); err == nil && ok {
+		info.ZoneGeometry = sfs.ZoneGeometryOf(d)
+		info.Backend = d.Kind()
+	}
 	// An NVMe namespace that is not mounted can show its FDP setup too.
 	if d, err := nvme.Open(path, true); err == nil {
 		fi := d.FDPInfo()
@@ -104,10 +112,26 @@ func printInfo(w io.Writer, path string, d sfs.InfoDoc) {
 		fmt.Fprintf(w, "fdp      =enabled=%v config=%d reclaim_groups=%d handles=%d ru_size=%d placement_ids=%v\n",
 			f.Enabled, f.ConfigIndex, f.ReclaimGroups, f.ReclaimUnitHandles, f.ReclaimUnitSize, f.PlacementIDs)
 	}
+	if i.Zoned {
+		fmt.Fprintf(w, "zones    =sequential=%-12d zone=%d blks (%d MiB), cap=%d blks (%d MiB), from block %d; data=%d MiB\n",
+			i.Zones, i.ZoneBlocks, i.ZoneBlocks*uint64(i.BlockSize)>>20, i.ZoneCap, i.ZoneCap*uint64(i.BlockSize)>>20, i.ZoneStart, i.ZonedBytes>>20)
+	}
+	if g := d.ZoneGeometry; g != nil {
+		fmt.Fprintf(w, "         =conventional=%-10d zones=%d, max_open=%s max_active=%s\n",
+			g.Conventional, g.Zones, zoneLimit(g.MaxOpen), zoneLimit(g.MaxActive))
+	}
 	if m := d.Model; m != nil {
 		fmt.Fprintf(w, "ftl      =model %-17s %s logical=%d MiB physical=%d MiB reclaim_units=%d\n",
 			"", m.Geometry, m.Logical>>20, m.Physical>>20, m.Units)
 	}
+}
+
+// zoneLimit prints an open or active zone limit (0: none).
+func zoneLimit(n int) string {
+	if n == 0 {
+		return "none"
+	}
+	return strconv.Itoa(n)
 }
 
 // rawDevice reads an image or device without locking it (info only).

@@ -188,7 +188,7 @@ func Mkfs(args []string, stdout, stderr io.Writer) (code int) {
 	if err != nil {
 		return fail(stderr, "mkfs", err)
 	}
-	doc := sfs.InfoDoc{Info: sb.Info(), Backend: dev.Kind()}
+	doc := sfs.InfoDoc{Info: sb.Info(), Backend: dev.Kind(), ZoneGeometry: sfs.ZoneGeometryOf(dev)}
 	if d, ok := dev.(*ftl.Device); ok {
 		// After mkfs: its whole-device discard would undo it.
 		if err := d.Precondition(); err != nil {

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"syscall"
 	"time"
 
 	"github.com/streamfs/streamfs/backend/nvme"
 
 	sfs "github.com/streamfs/streamfs/fs"
+	"github.com/streamfs/streamfs/fs/meta"
 	"github.com/streamfs/streamfs/ioctl"
 )
 
@@ -69,7 +71,12 @@ func Bmap(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, "bmap", err)
 	}
 	fmt.Fprintf(stdout, "%s:\n", pos[0])
-	fmt.Fprintf(stdout, " %4s %-24s %-24s %4s %6s %s\n", "EXT", "FILE-OFFSET", "BLOCK-RANGE", "AG", "STREAM", "FLAGS")
+	// On the zoned layout data lies in zones, not AGs.
+	where := "AG"
+	if len(b.Extents) > 0 && b.Extents[0].Zone != nil {
+		where = "ZONE"
+	}
+	fmt.Fprintf(stdout, " %4s %-24s %-24s %4s %6s %s\n", "EXT", "FILE-OFFSET", "BLOCK-RANGE", where, "STREAM", "FLAGS")
 	// Like xfs_bmap, ranges are in 512-byte units.
 	for i, e := range b.Extents {
 		s := e.Block * uint64(b.BlockSize) / 512
@@ -79,8 +86,15 @@ func Bmap(args []string, stdout, stderr io.Writer) int {
 		if e.Unwritten {
 			flags = "unwritten"
 		}
+		var at uint64
+		switch {
+		case e.Zone != nil:
+			at = *e.Zone
+		case e.AG != nil:
+			at = uint64(*e.AG)
+		}
 		fmt.Fprintf(stdout, " %4d %-24s %-24s %4d %6d %s\n", i,
-			fmt.Sprintf("[%d..%d]:", fo, fo+n-1), fmt.Sprintf("%d..%d", s, s+n-1), e.AG, e.Stream, flags)
+			fmt.Sprintf("[%d..%d]:", fo, fo+n-1), fmt.Sprintf("%d..%d", s, s+n-1), at, e.Stream, flags)
 	}
 	return exitOK
 }
@@ -142,6 +156,9 @@ func Stats(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%4d %12d %12d %10d %10d\n", a.Index, a.Size, a.Free, a.Allocs, a.LockWaits)
 	}
 	printStreams(stdout, s.Streams)
+	if s.Zones != nil {
+		printZoneCounters(stdout, s.Zones)
+	}
 	if s.FDPError != "" {
 		fmt.Fprintf(stdout, "fdp: %s\n", s.FDPError)
 	}
@@ -157,6 +174,29 @@ func Stats(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return exitOK
+}
+
+// printZoneCounters prints the zoned layout's counters: space in blocks,
+// the allocator, reclaim, seed 2's inode-to-zone cache and, per stream,
+// the bytes writes and reclaim wrote.
+func printZoneCounters(w io.Writer, z *meta.ZoneCounters) {
+	sp, a := z.Space, z.Alloc
+	fmt.Fprintf(w, "zones: free=%d (%d blocks) open_room=%d live=%d garbage=%d reclaimable=%d reserve=%d avail=%d total=%d blocks\n",
+		sp.FreeZones, sp.FreeBlocks, sp.OpenRoom, sp.Live, sp.Garbage, sp.Reclaimable, sp.Reserve, sp.Avail, sp.Total)
+	fmt.Fprintf(w, "zones: streams=%d slots=%d active=%d waits=%d finish_errors=%d; reclaim victims=%d resets=%d failures=%d\n",
+		a.Streams, a.Slots, a.Active, a.Waits, a.FinishErrors, z.Victims, z.Resets, z.ReclaimFails)
+	fmt.Fprintf(w, "zone cache: hits=%d misses=%d stale=%d\n", a.CacheHits, a.CacheMisses, a.CacheStale)
+	fmt.Fprintf(w, "%6s %16s %16s %7s\n", "STREAM", "WRITTEN-BYTES", "RECLAIMED-BYTES", "WAF")
+	ids := make([]uint32, 0, len(z.Streams))
+	for id := range z.Streams {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		st := z.Streams[id]
+		fmt.Fprintf(w, "%6d %16d %16d %7.3f\n", id, st.WrittenBytes, st.ReclaimedBytes, st.WriteAmp)
+	}
+	fmt.Fprintf(w, "%6s %16d %16d %7.3f\n", "all", z.WrittenBytes, z.ReclaimedBytes, z.WriteAmp)
 }
 
 // onOff prints a switch the way its mount option spells it.

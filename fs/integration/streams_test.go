@@ -204,6 +204,9 @@ func TestStreamPlacement(t *testing.T) {
 				total := uint64(0)
 				for _, e := range doc.Extents {
 					total += e.Length
+					if e.AG == nil {
+						t.Fatalf("%s: extent %+v has no AG", p, e)
+					}
 					if e.Stream != want {
 						t.Errorf("%s: extent %+v written under stream %d, want %d", p, e, e.Stream, want)
 					}
@@ -212,14 +215,14 @@ func TestStreamPlacement(t *testing.T) {
 						// the next, chosen by agino % 2.
 						ino := inoOf(t, p)
 						ag := (alloc.InoAG(ino) + alloc.InoAGino(ino)%2) % 64
-						if e.AG != ag {
-							t.Errorf("%s: unstreamed extent in AG %d, want AG %d (inode %#x)", p, e.AG, ag, ino)
+						if *e.AG != ag {
+							t.Errorf("%s: unstreamed extent in AG %d, want AG %d (inode %#x)", p, *e.AG, ag, ino)
 						}
 						continue
 					}
 					lo := uint32(want-1) * 4
-					if e.AG < lo || e.AG > lo+3 {
-						t.Errorf("%s: stream %d extent in AG %d, want AGs %d..%d", p, want, e.AG, lo, lo+3)
+					if *e.AG < lo || *e.AG > lo+3 {
+						t.Errorf("%s: stream %d extent in AG %d, want AGs %d..%d", p, want, *e.AG, lo, lo+3)
 					}
 				}
 				if total != 6<<20 {
