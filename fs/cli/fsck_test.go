@@ -86,3 +86,28 @@ func TestFsckExitCodes(t *testing.T) {
 		t.Fatalf("after repair: exit %d, want 0\n%s", code, out)
 	}
 }
+
+// On an emulated zoned image, info shows the zone geometry (text and JSON,
+// from the image's label) and fsck -v lists the sequential zones.
+func TestZonedInfoAndFsck(t *testing.T) {
+	img := filepath.Join(t.TempDir(), "z.img")
+	var out, errb bytes.Buffer
+	if code := Main([]string{"mkfs", "--size", "129M", "--zoned", "zone=8M,conv=4,max_open=6,max_active=8", img}, &out, &errb); code != 0 {
+		t.Fatalf("mkfs: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	out.Reset()
+	if code := Main([]string{"info", img}, &out, &errb); code != 0 ||
+		!strings.Contains(out.String(), "zones    =sequential=12 ") || !strings.Contains(out.String(), "zone=2048 blks (8 MiB)") ||
+		!strings.Contains(out.String(), "conventional=4 ") || !strings.Contains(out.String(), "max_open=6 max_active=8") {
+		t.Fatalf("info: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	out.Reset()
+	if code := Main([]string{"info", "--json", img}, &out, &errb); code != 0 ||
+		!strings.Contains(out.String(), `"zone_geometry"`) || !strings.Contains(out.String(), `"max_active": 8`) {
+		t.Fatalf("info --json: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	code, text := runFsck("-n", "-v", img)
+	if code != 0 || !strings.Contains(text, "12 sequential zones (12 empty)") || !strings.Contains(text, "GARBAGE") {
+		t.Fatalf("fsck -v: exit %d\n%s", code, text)
+	}
+}
