@@ -130,9 +130,14 @@ func copyFile(t *testing.T, src string) string {
 
 func fsckRun(t *testing.T, path string, repair bool) *fsck.Report {
 	t.Helper()
-	fd := openImage(t, path)
-	defer fd.Close()
-	rep, err := Fsck(fd, fsck.Options{Repair: repair})
+	return fsckOn(t, openImage(t, path), repair)
+}
+
+// fsckOn runs fsck on dev and closes it.
+func fsckOn(t *testing.T, dev backend.Device, repair bool) *fsck.Report {
+	t.Helper()
+	defer dev.Close()
+	rep, err := Fsck(dev, fsck.Options{Repair: repair})
 	if err != nil {
 		t.Fatalf("fsck: %v", err)
 	}

@@ -11,13 +11,7 @@ import (
 
 func fsckZoned(t *testing.T, path string, repair bool) *fsck.Report {
 	t.Helper()
-	dev := openZoned(t, path)
-	defer dev.Close()
-	rep, err := Fsck(dev, fsck.Options{Repair: repair})
-	if err != nil {
-		t.Fatalf("fsck: %v", err)
-	}
-	return rep
+	return fsckOn(t, openZoned(t, path), repair)
 }
 
 // fsck on a real zoned image: clean after writes and overwrites (the
