@@ -76,6 +76,9 @@ func (a *Allocator) Victim() (Info, bool) {
 	}
 }
 
+// LowWater is the free zone count at or below which reclaim is wanted.
+func (a *Allocator) LowWater() int { return a.opts.LowWater }
+
 // Unpick returns a victim the reclaimer gave up on to the candidates.
 func (a *Allocator) Unpick(index int) error {
 	z, err := a.zoneIndex(index)

@@ -54,7 +54,7 @@ type zoneData struct {
 	// that a check can see the zones quiet.
 	passMu sync.Mutex
 
-	resets, victims, reclaimFail atomic.Uint64
+	resets, victims, passes, reclaimFail atomic.Uint64
 	statMu                       sync.Mutex // leaf; guards byStream
 	byStream                     map[uint32]*zoneStreamStats
 }
@@ -256,7 +256,7 @@ func (s *Store) zoneAppend(in *Inode, e zone.Extent, lblk uint64, data []byte, a
 		_ = s.zones.a.Done(e, err)
 		return 0, err
 	}
-	zoneStart := s.sb.DataStart + (e.Start-s.sb.DataStart)/s.sb.ZoneBlocks*s.sb.ZoneBlocks
+	zoneStart := s.zoneStartOf(e.Start)
 	got, werr := s.zones.dev.Append(buf, int64(zoneStart*s.bs), s.devStream(in.attr.Stream))
 	putBuf(buf)
 	if derr := s.zones.a.Done(e, werr); derr != nil {
@@ -393,8 +393,18 @@ func (s *Store) reclaimer() {
 	}
 }
 
-// reclaimOnce reclaims one victim zone: copies its live blocks, commits
-// the new mapping, resets it. did is false when no zone holds garbage.
+// reclaimBatch is the most victims one reclaim pass takes: finding their
+// live blocks costs a walk of every extent record (there is no reverse
+// map), which a pass shares among its victims. Up to 4, and no more than a
+// sixteenth of the zones: each extra victim is a worse one (more live
+// blocks to copy) than the next pass would have found.
+func (s *Store) reclaimBatch() int {
+	return max(1, min(4, int(s.sb.DataZones/16)))
+}
+
+// reclaimOnce reclaims up to reclaimBatch victim zones (more than one only
+// while free zones stay low): copies their live blocks, commits the new
+// mapping, resets them. did is false when no zone holds garbage.
 func (s *Store) reclaimOnce(ctx context.Context) (did bool, err error) {
 	z := s.zones
 	z.passMu.Lock()
@@ -410,21 +420,42 @@ func (s *Store) reclaimOnce(ctx context.Context) (did bool, err error) {
 	if !ok {
 		return false, nil
 	}
-	z.victims.Add(1)
-	lo, hi := v.Start, v.Start+s.sb.ZoneCap
+	victims := []zone.Info{v}
+	for len(victims) < s.reclaimBatch() && z.a.Space().FreeZones+len(victims) <= s.zoneLowWater() {
+		v, ok := z.a.Victim()
+		if !ok {
+			break
+		}
+		victims = append(victims, v)
+	}
+	z.victims.Add(uint64(len(victims)))
+	z.passes.Add(1)
 	defer func() {
-		if err != nil {
-			if uerr := z.a.Unpick(v.Index); uerr != nil {
-				err = errors.Join(err, uerr)
+		for _, v := range victims {
+			if err != nil && v.Index >= 0 {
+				if uerr := z.a.Unpick(v.Index); uerr != nil {
+					err = errors.Join(err, uerr)
+				}
 			}
 		}
 	}()
+	victimOf := func(b uint64) int {
+		for i, v := range victims {
+			if b >= v.Start && b < v.Start+s.sb.ZoneCap {
+				return i
+			}
+		}
+		return -1
+	}
 	type piece struct{ ino, lblk, n uint64 }
 	var pieces []piece
 	err = s.eachDataExtent(func(ino uint64, x Extent) bool {
-		if x.PBlk < hi && x.PBlk+x.Len > lo {
-			a, b := max(x.PBlk, lo), min(x.PBlk+x.Len, hi)
-			pieces = append(pieces, piece{ino, x.LBlk + (a - x.PBlk), b - a})
+		for b := x.PBlk; b < x.PBlk+x.Len; {
+			end := min(x.PBlk+x.Len, s.zoneStartOf(b)+s.sb.ZoneBlocks)
+			if victimOf(b) >= 0 {
+				pieces = append(pieces, piece{ino, x.LBlk + (b - x.PBlk), end - b})
+			}
+			b = end
 		}
 		return true
 	})
@@ -432,27 +463,38 @@ func (s *Store) reclaimOnce(ctx context.Context) (did bool, err error) {
 		return false, err
 	}
 	for _, p := range pieces {
-		if err := s.zoneMove(ctx, p.ino, p.lblk, p.n, lo, hi); err != nil {
-			return false, fmt.Errorf("reclaiming zone %d: inode %d: %w", v.Index, p.ino, err)
+		if err := s.zoneMove(ctx, p.ino, p.lblk, p.n, victimOf); err != nil {
+			return false, fmt.Errorf("reclaiming zones: inode %d: %w", p.ino, err)
 		}
 	}
-	// The commit frees the victim's blocks (Release); only a durable
-	// commit lets the zone be reset.
+	// The commit frees the victims' blocks (Release); only a durable
+	// commit lets a zone be reset.
 	if err := s.j.Sync(); err != nil {
-		return false, fmt.Errorf("reclaiming zone %d: commit: %w", v.Index, err)
+		return false, fmt.Errorf("reclaiming zones: commit: %w", err)
 	}
-	if err := z.a.Reset(v.Index); err != nil {
-		return false, err
+	var errs []error
+	for i, v := range victims {
+		if err := z.a.Reset(v.Index); err != nil {
+			errs = append(errs, err) // left picked: Unpick below
+			continue
+		}
+		victims[i].Index = -1
+		z.resets.Add(1)
 	}
-	z.resets.Add(1)
-	return true, nil
+	return true, errors.Join(errs...)
+}
+
+// zoneLowWater is the free zone count below which reclaim keeps picking
+// victims: the allocator's low watermark.
+func (s *Store) zoneLowWater() int {
+	return s.zones.a.LowWater()
 }
 
 // zoneMove copies the blocks of file blocks [lblk, lblk+n) of ino that
-// still lie in device blocks [lo, hi) (the victim zone) to reclaim zones
-// and maps the copies. Pieces a write moved meanwhile are left: their
-// victim blocks are already garbage.
-func (s *Store) zoneMove(ctx context.Context, ino, lblk, n, lo, hi uint64) error {
+// still lie in a victim zone (victimOf >= 0) to reclaim zones and maps the
+// copies. Pieces a write moved meanwhile are left: their victim blocks are
+// already garbage.
+func (s *Store) zoneMove(ctx context.Context, ino, lblk, n uint64, victimOf func(uint64) int) error {
 	in, err := s.loadInode(ino)
 	if err != nil || in == nil {
 		return err
@@ -467,38 +509,54 @@ func (s *Store) zoneMove(ctx context.Context, ino, lblk, n, lo, hi uint64) error
 		return err
 	}
 	for _, x := range exts {
-		if x.PBlk >= hi || x.PBlk+x.Len <= lo {
-			continue
-		}
-		a, b := max(x.PBlk, lo), min(x.PBlk+x.Len, hi)
-		fblk := x.LBlk + (a - x.PBlk)
-		for a < b {
-			e, err := s.zones.a.AllocReclaim(ctx, x.Stream, min(b-a, zoneAppendMax/s.bs))
-			if err != nil {
-				return err
+		for b := x.PBlk; b < (x.PBlk + x.Len); {
+			end := min((x.PBlk + x.Len), s.zoneStartOf(b)+s.sb.ZoneBlocks)
+			if victimOf(b) >= 0 {
+				if err := s.zoneMovePiece(ctx, in, x, b, end); err != nil {
+					return err
+				}
 			}
-			resv, err := s.reserveMeta(opsMap, spacePool)
-			if err != nil {
-				_ = s.zones.a.Done(e, err)
-				return err
-			}
-			buf := s.blockBuf(0, e.Len, nil, 0)
-			pblk, err := s.zoneCopy(buf, a, e, x.Stream)
-			putBuf(buf)
-			if err != nil {
-				s.unreserve(resv)
-				return err
-			}
-			y := Extent{LBlk: fblk, Len: e.Len, PBlk: pblk, Flags: x.Flags, Stream: x.Stream}
-			if err := s.mapLocked(in, y, resv); err != nil {
-				s.zoneFree(alloc.Extent{Start: pblk, Len: e.Len})
-				return err
-			}
-			s.zones.stream(x.Stream).reclaimed.Add(e.Len)
-			a, fblk = a+e.Len, fblk+e.Len
+			b = end
 		}
 	}
 	return nil
+}
+
+// zoneMovePiece copies device blocks [a, b) of in's extent x to reclaim
+// zones and maps the copies. in.mu is held.
+func (s *Store) zoneMovePiece(ctx context.Context, in *Inode, x Extent, a, b uint64) error {
+	fblk := x.LBlk + (a - x.PBlk)
+	for a < b {
+		e, err := s.zones.a.AllocReclaim(ctx, x.Stream, min(b-a, zoneAppendMax/s.bs))
+		if err != nil {
+			return err
+		}
+		resv, err := s.reserveMeta(opsMap, spacePool)
+		if err != nil {
+			_ = s.zones.a.Done(e, err)
+			return err
+		}
+		buf := s.blockBuf(0, e.Len, nil, 0)
+		pblk, err := s.zoneCopy(buf, a, e, x.Stream)
+		putBuf(buf)
+		if err != nil {
+			s.unreserve(resv)
+			return err
+		}
+		y := Extent{LBlk: fblk, Len: e.Len, PBlk: pblk, Flags: x.Flags, Stream: x.Stream}
+		if err := s.mapLocked(in, y, resv); err != nil {
+			s.zoneFree(alloc.Extent{Start: pblk, Len: e.Len})
+			return err
+		}
+		s.zones.stream(x.Stream).reclaimed.Add(e.Len)
+		a, fblk = a+e.Len, fblk+e.Len
+	}
+	return nil
+}
+
+// zoneStartOf is the first block of the sequential zone holding block b.
+func (s *Store) zoneStartOf(b uint64) uint64 {
+	return s.sb.DataStart + (b-s.sb.DataStart)/s.sb.ZoneBlocks*s.sb.ZoneBlocks
 }
 
 // zoneCopy reads e.Len blocks at device block from into buf and appends
@@ -508,8 +566,7 @@ func (s *Store) zoneCopy(buf []byte, from uint64, e zone.Extent, stream uint32) 
 	err := s.dev.ReadAt(buf, int64(from*s.bs))
 	var got int64
 	if err == nil {
-		zoneStart := s.sb.DataStart + (e.Start-s.sb.DataStart)/s.sb.ZoneBlocks*s.sb.ZoneBlocks
-		got, err = s.zones.dev.Append(buf, int64(zoneStart*s.bs), s.devStream(stream))
+		got, err = s.zones.dev.Append(buf, int64(s.zoneStartOf(e.Start)*s.bs), s.devStream(stream))
 	}
 	if derr := s.zones.a.Done(e, err); derr != nil {
 		s.log.Error("zone allocator refused a completion", zapErr(derr))
@@ -529,7 +586,9 @@ func (s *Store) zoneCopy(buf []byte, from uint64, e zone.Extent, stream uint32) 
 type ZoneCounters struct {
 	Space zone.Space `json:"space"`
 	Alloc zone.Stats `json:"alloc"`
-	// Reclaim passes: victims picked, zones reset, passes that failed.
+	// Reclaim: passes, victims picked (a pass takes several when free
+	// zones stay low), zones reset, passes that failed.
+	Passes       uint64 `json:"reclaim_passes"`
 	Victims      uint64 `json:"reclaim_victims"`
 	Resets       uint64 `json:"reclaim_resets"`
 	ReclaimFails uint64 `json:"reclaim_failures"`
@@ -563,7 +622,7 @@ func (s *Store) ZoneCounters() (c ZoneCounters, ok bool) {
 	if z == nil {
 		return c, false
 	}
-	c = ZoneCounters{Space: z.a.Space(), Alloc: z.a.Stats(), Victims: z.victims.Load(), Resets: z.resets.Load(),
+	c = ZoneCounters{Space: z.a.Space(), Alloc: z.a.Stats(), Passes: z.passes.Load(), Victims: z.victims.Load(), Resets: z.resets.Load(),
 		ReclaimFails: z.reclaimFail.Load(), Streams: map[uint32]ZoneStreamCounters{}}
 	z.statMu.Lock()
 	for id, st := range z.byStream {
