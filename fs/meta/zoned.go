@@ -55,8 +55,8 @@ type zoneData struct {
 	passMu sync.Mutex
 
 	resets, victims, passes, reclaimFail atomic.Uint64
-	statMu                       sync.Mutex // leaf; guards byStream
-	byStream                     map[uint32]*zoneStreamStats
+	statMu                               sync.Mutex // leaf; guards byStream
+	byStream                             map[uint32]*zoneStreamStats
 }
 
 // zoneStreamStats counts, for one stream, the data blocks written by
