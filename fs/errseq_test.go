@@ -31,6 +31,12 @@ func mountFaultySize(t *testing.T, size int64) (string, *faulty.Device, *format.
 // server too.
 func mountFaultyWith(t *testing.T, size int64, o MountOptions) (string, *faulty.Device, *format.Super, *Server) {
 	t.Helper()
+	return mountFaultyLog(t, size, o, zap.NewNop())
+}
+
+// mountFaultyLog is mountFaultyWith with the daemon's logger.
+func mountFaultyLog(t *testing.T, size int64, o MountOptions, log *zap.Logger) (string, *faulty.Device, *format.Super, *Server) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("mounting FUSE needs root")
 	}
@@ -63,7 +69,7 @@ func mountFaultyWith(t *testing.T, size int64, o MountOptions) (string, *faulty.
 		t.Fatal(err)
 	}
 	o.Source = img
-	srv, err := Mount(&FS{Store: st, Log: zap.NewNop()}, mnt, o)
+	srv, err := Mount(&FS{Store: st, Log: log}, mnt, o)
 	if err != nil {
 		_ = st.Close()
 		fd.Close()

@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -153,37 +154,49 @@ func (f *FS) logTransport(msg string) {
 	}
 }
 
-// newServer mounts raw at mountpoint. Classic: go-fuse mounts and serves.
-// Over io_uring we mount with our own /dev/fuse fd (go-fuse's /dev/fd/N
-// mount point), since the rings are registered on that fd; go-fuse's
-// server still answers INIT, FORGET and INTERRUPT and sends notifications
-// on it, and go-fuse's ProtocolServer answers what comes on the rings.
+// newServer mounts raw at mountpoint with our own /dev/fuse fd, handed to
+// go-fuse as its /dev/fd/N mount point: over io_uring because the rings
+// are registered on that fd, and on both transports because go-fuse then
+// skips its poll probe (WaitMount's pollHack), in which the daemon opens a
+// file on its own new mount: a SIGKILL during that open left the daemon
+// waiting on itself, unkillable until the connection was aborted. Without
+// the privilege to mount (EPERM) go-fuse mounts through fusermount, with
+// its probe. go-fuse's server answers INIT, FORGET and INTERRUPT and sends
+// notifications on the fd; over io_uring its ProtocolServer answers what
+// comes on the rings.
 func (f *FS) newServer(raw fuse.RawFileSystem, mountpoint string, mo *fuse.MountOptions, mode UringMode) (*Server, error) {
 	tr, err := f.uringSetup(mode, mo)
 	if err != nil {
 		return nil, err
 	}
-	if tr == nil {
+	fd, err := mountFuseFd(mountpoint, mo)
+	if tr == nil && errors.Is(err, syscall.EPERM) {
 		srv, err := fuse.NewServer(raw, mountpoint, mo)
 		if err != nil {
 			return nil, err
 		}
 		return &Server{Server: srv, mountpoint: mountpoint}, nil
 	}
-	fd, err := mountFuseFd(mountpoint, mo)
 	if err != nil {
-		tr.Close()
+		if tr != nil {
+			tr.Close()
+		}
 		return nil, err
 	}
 	own := *mo
 	own.DirectMount = false // the mount exists; go-fuse takes the fd
 	srv, err := fuse.NewServer(raw, fmt.Sprintf("/dev/fd/%d", fd), &own)
 	if err != nil {
-		tr.Close()
+		if tr != nil {
+			tr.Close()
+		}
 		_ = syscall.Unmount(mountpoint, syscall.MNT_DETACH)
 		return nil, err
 	}
 	s := &Server{Server: srv, mountpoint: mountpoint, ownMount: true}
+	if tr == nil {
+		return s, nil
+	}
 	if srv.KernelSettings().Flags64()&fuse.CAP_OVER_IO_URING == 0 {
 		// enable_uring was switched off between the check and INIT.
 		tr.Close()

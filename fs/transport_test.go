@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/streamfs/streamfs/fs/transport/uring"
 )
@@ -113,5 +115,35 @@ func TestUringTransport(t *testing.T) {
 	}
 	if after := transportFds(t); len(after) != len(before) {
 		t.Fatalf("transport fds before mount %v, after unmount %v", before, after)
+	}
+}
+
+// Both transports mount with the daemon's own /dev/fuse fd, so go-fuse
+// never opens its poll-probe file on the new mount: a SIGKILL during that
+// open left the daemon waiting on itself. go-fuse's request trace (-o
+// debug) shows every request, the probe's LOOKUP included.
+func TestMountWithoutPollProbe(t *testing.T) {
+	core, logs := observer.New(zap.DebugLevel)
+	mnt, _, _, srv := mountFaultyLog(t, 64<<20, MountOptions{Uring: UringOff, Debug: true}, zap.New(core))
+	if tr := srv.Transport(); tr != "classic" {
+		t.Fatalf("transport %q with uring=off", tr)
+	}
+	if err := os.WriteFile(filepath.Join(mnt, "f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Unmount(); err != nil {
+		t.Fatal(err)
+	}
+	var lookups int
+	for _, e := range logs.All() {
+		if strings.Contains(e.Message, "LOOKUP") {
+			lookups++
+		}
+		if strings.Contains(e.Message, ".go-fuse-epoll-hack") {
+			t.Fatalf("go-fuse probed the new mount: %s", e.Message)
+		}
+	}
+	if lookups == 0 {
+		t.Fatalf("no LOOKUP in the request trace (%d entries): the trace does not show requests", logs.Len())
 	}
 }
