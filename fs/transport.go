@@ -56,7 +56,8 @@ type Server struct {
 	mountpoint string
 	ring       *uring.Transport // nil: classic transport
 	ownMount   bool             // mounted here with our own /dev/fuse fd
-	procsOnce  sync.Once        // gives back addProcs' Ps once
+	procs      int              // Ps added for the server's threads (addProcs)
+	procsOnce  sync.Once        // gives them back once
 }
 
 // Unmount unmounts the filesystem; the server then ends.
@@ -87,19 +88,39 @@ func (s *Server) Wait() {
 	s.Server.Wait()
 	if s.ring != nil {
 		s.ring.Wait()
-		s.procsOnce.Do(func() { addProcs(-s.ring.Plan().Queues) })
 	}
+	s.procsOnce.Do(func() { addProcs(-s.procs) })
+}
+
+// fuseReaders is how many go-fuse threads may sit in read(2) on /dev/fuse
+// at once: go-fuse keeps up to GOMAXPROCS readers (at least 2, at most 16),
+// plus the one that finds itself over the limit after its read.
+func fuseReaders() int { return fuseReadersFor(runtime.GOMAXPROCS(0)) }
+
+func fuseReadersFor(procs int) int { return min(max(procs, 2), 16) + 1 }
+
+// serve adds Ps for the threads that wait in the kernel (the /dev/fuse
+// readers, and the ring threads) once the server exists: go-fuse sized its
+// readers from GOMAXPROCS before.
+func (s *Server) serve(extra int) *Server {
+	s.procs = fuseReaders() + extra
+	addProcs(s.procs)
+	return s
 }
 
 // procsMu serializes addProcs.
 var procsMu sync.Mutex
 
-// addProcs gives the Go runtime n more Ps (n < 0: fewer) while rings run.
-// A ring's thread sleeps in io_uring_enter, and the runtime counts a
-// thread in a system call as holding its P until sysmon takes it back,
-// 20 µs to 10 ms later: with every P held so, the journal committer,
-// writeback and the handlers that left the rings would wait that long
-// each time they wake. One more P per ring keeps them running at once.
+// addProcs gives the Go runtime n more Ps (n < 0: fewer) while a server
+// runs. A /dev/fuse reader sleeps in read(2) and a ring's thread in
+// io_uring_enter, and the runtime counts a thread in a system call as
+// holding its P until sysmon takes it back, 20 µs to 10 ms later: with
+// every P held so, the journal committer, writeback and the handlers that
+// left the rings would wait that long each time they wake, and sysmon
+// kept polling every 20 µs, taking each P back and waking a spinning
+// thread to hand it to: under rm -rf on 2 CPUs, sysmon and those hand-offs
+// were a fifth of the daemon's CPU (perf). One more P per such thread
+// leaves a P idle, so sysmon takes none and backs off.
 func addProcs(n int) {
 	procsMu.Lock()
 	runtime.GOMAXPROCS(max(1, runtime.GOMAXPROCS(0)+n))
@@ -175,7 +196,7 @@ func (f *FS) newServer(raw fuse.RawFileSystem, mountpoint string, mo *fuse.Mount
 		if err != nil {
 			return nil, err
 		}
-		return &Server{Server: srv, mountpoint: mountpoint}, nil
+		return (&Server{Server: srv, mountpoint: mountpoint}).serve(0), nil
 	}
 	if err != nil {
 		if tr != nil {
@@ -195,7 +216,7 @@ func (f *FS) newServer(raw fuse.RawFileSystem, mountpoint string, mo *fuse.Mount
 	}
 	s := &Server{Server: srv, mountpoint: mountpoint, ownMount: true}
 	if tr == nil {
-		return s, nil
+		return s.serve(0), nil
 	}
 	if srv.KernelSettings().Flags64()&fuse.CAP_OVER_IO_URING == 0 {
 		// enable_uring was switched off between the check and INIT.
@@ -205,7 +226,7 @@ func (f *FS) newServer(raw fuse.RawFileSystem, mountpoint string, mo *fuse.Mount
 			_ = s.Unmount()
 			return nil, fmt.Errorf("-o uring=on: the kernel did not offer FUSE over io_uring at INIT: set %s=Y", uring.EnableParam)
 		}
-		return s, nil
+		return s.serve(0), nil
 	}
 	ps := fuse.NewProtocolServer(raw, &own)
 	if err := initProtocolServer(ps, srv.KernelSettings()); err != nil {
@@ -223,11 +244,10 @@ func (f *FS) newServer(raw fuse.RawFileSystem, mountpoint string, mo *fuse.Mount
 			return nil, fmt.Errorf("-o uring=on: %w", err)
 		}
 		f.logTransport(err.Error() + "; serving over /dev/fuse")
-		return s, nil
+		return s.serve(0), nil
 	}
 	s.ring = tr
-	addProcs(tr.Plan().Queues)
-	return s, nil
+	return s.serve(tr.Plan().Queues), nil
 }
 
 // offload says which requests must not run on a ring's own thread: those

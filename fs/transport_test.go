@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -122,17 +123,28 @@ func TestUringTransport(t *testing.T) {
 // never opens its poll-probe file on the new mount: a SIGKILL during that
 // open left the daemon waiting on itself. go-fuse's request trace (-o
 // debug) shows every request, the probe's LOOKUP included.
+//
+// The server also adds a P per /dev/fuse reader while it runs (addProcs),
+// and gives them back when it ends.
 func TestMountWithoutPollProbe(t *testing.T) {
 	core, logs := observer.New(zap.DebugLevel)
+	procs := runtime.GOMAXPROCS(0)
 	mnt, _, _, srv := mountFaultyLog(t, 64<<20, MountOptions{Uring: UringOff, Debug: true}, zap.New(core))
 	if tr := srv.Transport(); tr != "classic" {
 		t.Fatalf("transport %q with uring=off", tr)
+	}
+	if got, want := runtime.GOMAXPROCS(0), procs+fuseReadersFor(procs); got != want {
+		t.Errorf("GOMAXPROCS %d while mounted, want %d (%d and a P per reader)", got, want, procs)
 	}
 	if err := os.WriteFile(filepath.Join(mnt, "f"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := srv.Unmount(); err != nil {
 		t.Fatal(err)
+	}
+	srv.Wait()
+	if got := runtime.GOMAXPROCS(0); got != procs {
+		t.Errorf("GOMAXPROCS %d after unmount, want %d back", got, procs)
 	}
 	var lookups int
 	for _, e := range logs.All() {
