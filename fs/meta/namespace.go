@@ -342,31 +342,60 @@ func (s *Store) Link(dir *Inode, name string, in *Inode) error {
 }
 
 // lockEntry locks dir and the inode its entry name points at (in inode
-// order), retrying if the entry changes meanwhile. child is nil when the
-// entry does not exist; then only dir is locked.
-func (s *Store) lockEntry(dir *Inode, name string) (child *Inode, unlock func(), err error) {
+// order), retrying if the entry changes meanwhile; unlockEntry(dir, child)
+// unlocks them. child is nil when the entry does not exist; then only dir
+// is locked.
+func (s *Store) lockEntry(dir *Inode, name string) (child *Inode, err error) {
+	// Entries change only under their directory's lock, so with dir locked
+	// first one lookup is final, as long as the child may be locked after
+	// dir: a higher inode number, as for the files created in dir (they take
+	// the next numbers of its AG).
+	dir.mu.Lock()
+	ino, ok, err := s.dirLookup(dir, name)
+	if err == nil && ok && ino > dir.attr.Ino {
+		child, err = s.loadInode(ino)
+	}
+	switch {
+	case err != nil:
+		dir.mu.Unlock()
+		return nil, err
+	case !ok:
+		return nil, nil
+	case child != nil:
+		child.mu.Lock()
+		return child, nil
+	}
+	dir.mu.Unlock()
 	for {
 		ino, ok, err := s.dirLookup(dir, name)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		child = nil
 		if ok {
 			if child, err = s.loadInode(ino); err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 		}
-		unlock = lockInodes(dir, child)
+		unlock := lockInodes(dir, child)
 		ino2, ok2, err := s.dirLookup(dir, name)
 		if err != nil {
 			unlock()
-			return nil, nil, err
+			return nil, err
 		}
 		if ok == ok2 && (!ok || ino2 == ino) {
-			return child, unlock, nil
+			return child, nil
 		}
 		unlock()
 	}
+}
+
+// unlockEntry unlocks what lockEntry locked.
+func unlockEntry(dir, child *Inode) {
+	if child != nil && child != dir {
+		child.mu.Unlock()
+	}
+	dir.mu.Unlock()
 }
 
 // checkName refuses names no directory may hold.
@@ -391,11 +420,11 @@ func (s *Store) Remove(dir *Inode, name string, rmdir bool) error {
 	if !dir.IsDir() {
 		return syscall.ENOTDIR
 	}
-	child, unlock, err := s.lockEntry(dir, name)
+	child, err := s.lockEntry(dir, name)
 	if err != nil {
 		return err
 	}
-	defer unlock()
+	defer unlockEntry(dir, child)
 	if child == nil {
 		return syscall.ENOENT
 	}
@@ -427,6 +456,9 @@ func (s *Store) Remove(dir *Inode, name string, rmdir bool) error {
 	tx.inode(&dir.attr)
 	err = tx.commit()
 	tx.end()
+	// As in mapLocked: commit copied the records out, so rm -rf reuses
+	// one transaction instead of leaving one to the collector per file.
+	txnPool.Put(tx)
 	if err == nil && orphan {
 		s.freeLater(child)
 	}
