@@ -152,6 +152,20 @@ func TestRunScriptDeadMount(t *testing.T) {
 	}
 	<-m.exited
 	m.stopped = true // the cleanup lazily unmounts the dead mount
+	// Over io_uring the kernel aborts the connection when it tears the
+	// daemon's rings down, a moment after the process is gone; until then
+	// a cached directory still lists. Wait for the mount to be dead.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, _ := exec.Command("ls", m.dir).CombinedOutput()
+		if strings.Contains(string(out), "not connected") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mount still answers 10 s after its daemon was killed: %s", out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	cmd := exec.Command("bash", "../../scripts/run.sh")
 	cmd.Env = append(os.Environ(), "STREAMFS_MNT="+m.dir, "STREAMFS_IMAGE="+img,
 		"STREAMFS_BINDIR="+t.TempDir())
