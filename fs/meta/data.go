@@ -102,8 +102,12 @@ func (s *Store) Write(in *Inode, p []byte, off int64, o WriteOpts) (int, error) 
 	}
 	for !done {
 		if err := s.clearPastEOFLocked(in, in.attr.Size, uint64(off)+uint64(n)); err != nil {
-			if s.zoneWaitUnlocked(in, err) && !in.freed {
+			retry, werr := s.zoneWaitUnlocked(in, err)
+			if retry && !in.freed {
 				continue
+			}
+			if !retry {
+				err = werr
 			}
 			return n, err
 		}
@@ -115,7 +119,11 @@ func (s *Store) Write(in *Inode, p []byte, off int64, o WriteOpts) (int, error) 
 			if m > 0 {
 				s.growSizeLocked(in, uint64(off)+uint64(n))
 			}
-			done = !s.zoneWaitUnlocked(in, werr)
+			var retry bool
+			retry, werr = s.zoneWaitUnlocked(in, werr)
+			if done = !retry; done {
+				err = werr
+			}
 			if in.freed {
 				return 0, syscall.ENOENT
 			}
@@ -167,11 +175,12 @@ func (s *Store) growSizeLocked(in *Inode, end uint64) {
 }
 
 // zoneWaitUnlocked waits for room in the zones, with in.mu dropped, when
-// err says so (zone.WouldWait); in.mu is held again on return.
-func (s *Store) zoneWaitUnlocked(in *Inode, err error) bool {
+// err says so (zone.WouldWait); in.mu is held again on return. It
+// returns zoneWait's answer.
+func (s *Store) zoneWaitUnlocked(in *Inode, err error) (bool, error) {
 	var ww *zone.WouldWait
 	if s.zones == nil || !errors.As(err, &ww) {
-		return false
+		return false, err
 	}
 	in.mu.Unlock()
 	defer in.mu.Lock()

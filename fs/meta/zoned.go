@@ -55,14 +55,51 @@ type zoneData struct {
 	passMu sync.Mutex
 
 	resets, victims, passes, reclaimFail atomic.Uint64
-	statMu                               sync.Mutex // leaf; guards byStream
-	byStream                             map[uint32]*zoneStreamStats
+	// failed is closed while reclaim cannot make room (its last pass
+	// failed, or the filesystem shut down), failErr saying why; a pass
+	// that succeeds installs a new one. Writers waiting for room give up
+	// on it: they would wait for a pass that may never succeed (a dead
+	// device).
+	failMu   sync.Mutex // leaf; guards failed, failErr
+	failed   chan struct{}
+	failErr  error
+	statMu   sync.Mutex // leaf; guards byStream
+	byStream map[uint32]*zoneStreamStats
 }
 
 // zoneStreamStats counts, for one stream, the data blocks written by
 // writes (whole blocks: a partial block costs one) and by reclaim.
 type zoneStreamStats struct {
 	written, reclaimed atomic.Uint64
+}
+
+// setReclaimErr records the outcome of a reclaim pass (nil: it
+// succeeded), waking the writers waiting for room when it failed.
+func (z *zoneData) setReclaimErr(err error) {
+	z.failMu.Lock()
+	defer z.failMu.Unlock()
+	switch {
+	case err == nil && z.failErr != nil:
+		z.failed, z.failErr = make(chan struct{}), nil
+	case err != nil && z.failErr == nil:
+		close(z.failed)
+		z.failErr = err
+	case err != nil:
+		z.failErr = err
+	}
+}
+
+// reclaimFailed returns the channel closed while reclaim cannot make room.
+func (z *zoneData) reclaimFailed() <-chan struct{} {
+	z.failMu.Lock()
+	defer z.failMu.Unlock()
+	return z.failed
+}
+
+func (z *zoneData) reclaimErr() error {
+	z.failMu.Lock()
+	defer z.failMu.Unlock()
+	return z.failErr
 }
 
 func (z *zoneData) stream(id uint32) *zoneStreamStats {
@@ -100,7 +137,7 @@ func (s *Store) openZones() error {
 	if err != nil {
 		return fmt.Errorf("zone allocator: %w", err)
 	}
-	s.zones = &zoneData{dev: zdev, a: a, byStream: make(map[uint32]*zoneStreamStats)}
+	s.zones = &zoneData{dev: zdev, a: a, byStream: make(map[uint32]*zoneStreamStats), failed: make(chan struct{})}
 	return nil
 }
 
@@ -327,25 +364,28 @@ func (s *Store) zoneZeroLocked(in *Inode, lo, hi int64) error {
 // in *zone.WouldWait, waiting for room in between with no lock held.
 func (s *Store) zoneRetry(op func() error) error {
 	for {
-		err := op()
-		if !s.zoneWait(err) {
+		retry, err := s.zoneWait(op())
+		if !retry {
 			return err
 		}
 	}
 }
 
 // zoneWait waits for room when err is *zone.WouldWait and reports whether
-// it did (false also when unmount ended the wait).
-func (s *Store) zoneWait(err error) bool {
+// it did. Otherwise it returns the error to give up with: err, or why
+// reclaim cannot make room (unmount ends the wait with err).
+func (s *Store) zoneWait(err error) (bool, error) {
 	var ww *zone.WouldWait
 	if !errors.As(err, &ww) {
-		return false
+		return false, err
 	}
 	select {
 	case <-ww.Wake:
-		return true
+		return true, nil
 	case <-s.stop:
-		return false
+		return false, err
+	case <-s.zones.reclaimFailed():
+		return false, fmt.Errorf("no room in the zones: reclaim failed: %w", s.zones.reclaimErr())
 	}
 }
 
@@ -374,8 +414,13 @@ func (s *Store) reclaimer() {
 		case <-z.a.ReclaimWanted():
 		case <-tick.C:
 		}
-		for z.a.NeedReclaim() && s.writable() == nil {
+		for z.a.NeedReclaim() {
+			if err := s.writable(); err != nil {
+				z.setReclaimErr(err)
+				break
+			}
 			did, err := s.reclaimOnce(ctx)
+			z.setReclaimErr(err)
 			if err != nil {
 				z.reclaimFail.Add(1)
 				s.log.Warn("zone reclaim failed; trying again later", zapErr(err))
