@@ -42,7 +42,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/streamfs/streamfs/backend"
 	"github.com/streamfs/streamfs/backend/faulty"
+	"github.com/streamfs/streamfs/backend/zoned"
 	"github.com/streamfs/streamfs/fs/crashtest/datatag"
 	"github.com/streamfs/streamfs/fs/format"
 	"github.com/streamfs/streamfs/fs/meta"
@@ -64,8 +66,9 @@ func storeOpts() meta.Options {
 // env is a formatted image with a tree on it: the state every workload of
 // a test starts from.
 type env struct {
-	img *faulty.Mem
-	st  *state
+	img   *faulty.Mem
+	st    *state
+	zoned bool // img is an emulated zoned device's image
 }
 
 // newEnv formats an image and runs setup on it (model and store alike),
@@ -76,10 +79,78 @@ func newEnv(t testing.TB, setup []op) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := meta.Mkfs(mem, format.MkfsParams{AGCount: 2}); err != nil {
+	return newEnvOn(t, mem, mem, setup)
+}
+
+// zonedGeo is the zoned image of the zoned crash tests: 32 conventional
+// zones of 1 MiB (mkfs's minimum of metadata space), then 8 sequential
+// ones of which 768 KiB is writable.
+var zonedGeo = zoned.Geometry{ZoneSize: 1 << 20, ZoneCap: 768 << 10, Conv: 32, MaxOpen: 12, MaxActive: 12, Sector: sector}
+
+// newZonedEnv is newEnv on an emulated zoned device.
+func newZonedEnv(t testing.TB, setup []op) *env {
+	t.Helper()
+	mem, err := faulty.NewMem(int64(zonedGeo.Conv+8)*zonedGeo.ZoneSize+1<<20, sector)
+	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := meta.Open(mem, storeOpts())
+	if _, err := zoned.Format(mem, zonedGeo); err != nil {
+		t.Fatal(err)
+	}
+	dev, err := view(mem, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvOn(t, mem, dev, setup)
+	e.zoned = true
+	return e
+}
+
+// keepOpen is a device whose Close leaves the media open: a zoned device
+// loaded over an image must not close it (the image is cloned and mounted
+// again).
+type keepOpen struct{ backend.Device }
+
+func (keepOpen) Close() error { return nil }
+
+// view returns the device the filesystem sees on m: m itself, or the
+// zoned device a zoned image holds (its label is in the last block).
+func view(m backend.Device, ro bool) (backend.Device, error) {
+	d, ok, err := zoned.Load(keepOpen{m}, ro)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return m, nil
+	}
+	return d, nil
+}
+
+// openStore mounts the filesystem on m (through view).
+func openStore(m backend.Device) (*meta.Store, error) {
+	d, err := view(m, false)
+	if err != nil {
+		return nil, err
+	}
+	return meta.Open(d, storeOpts())
+}
+
+// fsckImage runs fsck -n on the filesystem on m (through view).
+func fsckImage(m backend.Device) (*fsck.Report, error) {
+	d, err := view(m, true)
+	if err != nil {
+		return nil, err
+	}
+	return meta.Fsck(d, fsck.Options{})
+}
+
+// newEnvOn formats dev (whose media is mem) and runs setup on it.
+func newEnvOn(t testing.TB, mem *faulty.Mem, dev backend.Device, setup []op) *env {
+	t.Helper()
+	if _, err := meta.Mkfs(dev, format.MkfsParams{AGCount: 2}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := meta.Open(dev, storeOpts())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +168,7 @@ func newEnv(t testing.TB, setup []op) *env {
 		t.Fatal(err)
 	}
 	e := &env{img: mem, st: st}
-	s, err = meta.Open(mem.Clone(), storeOpts())
+	s, err = openStore(mem.Clone())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +217,7 @@ type recording struct {
 // 2k+1 bracket step k in the log.
 func (e *env) run(w workload) (*recording, error) {
 	rec := faulty.NewRecorder(e.img.Clone())
-	s, err := meta.Open(rec, storeOpts())
+	s, err := openStore(rec)
 	if err != nil {
 		return nil, fmt.Errorf("mount: %w", err)
 	}
@@ -386,14 +457,14 @@ func (c *checker) checkImage(res *recording, img *faulty.Mem, w window) []proble
 	c.images++
 	if c.fsckEvery <= 1 || c.images%c.fsckEvery == 0 {
 		c.fscked++
-		rep, err := meta.Fsck(img, fsck.Options{})
+		rep, err := fsckImage(img)
 		if err != nil {
 			out = append(out, problem{"fsck", fmt.Sprintf("fsck -n of the crash image: %v", err)})
 		} else if len(rep.Problems) > 0 {
 			out = append(out, problem{"fsck", "fsck -n of the crash image: " + strings.Join(rep.Problems, "; ")})
 		}
 	}
-	s, err := meta.Open(img, storeOpts())
+	s, err := openStore(img)
 	if err != nil {
 		return append(out, problem{"mount", fmt.Sprintf("mount: %v", err)})
 	}
@@ -408,7 +479,7 @@ func (c *checker) checkImage(res *recording, img *faulty.Mem, w window) []proble
 	if err := s.Close(); err != nil {
 		return append(out, problem{"unmount", fmt.Sprintf("unmount after recovery: %v", err)})
 	}
-	rep, err := meta.Fsck(img, fsck.Options{})
+	rep, err := fsckImage(img)
 	if err != nil {
 		out = append(out, problem{"fsck-recovered", fmt.Sprintf("fsck -n after recovery: %v", err)})
 	} else if len(rep.Problems) > 0 || rep.Orphans > 0 {
@@ -477,7 +548,7 @@ func (c *checker) workload(e *env, w workload) bool {
 // crash during recovery must lose nothing the first crash kept.
 func (c *checker) recoveryCrash(res *recording, img *faulty.Mem, w window) []problem {
 	rec := faulty.NewRecorder(img.Clone())
-	s, err := meta.Open(rec, storeOpts())
+	s, err := openStore(rec)
 	if err != nil {
 		return []problem{{"mount", fmt.Sprintf("mount: %v", err)}}
 	}

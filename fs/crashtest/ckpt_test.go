@@ -7,7 +7,6 @@ import (
 
 	"github.com/streamfs/streamfs/backend/faulty"
 	"github.com/streamfs/streamfs/fs/meta"
-	"github.com/streamfs/streamfs/fs/meta/fsck"
 )
 
 // TestCrashCheckpointHeaderOnly is the smallest case of a crash state the
@@ -19,7 +18,7 @@ import (
 func TestCrashCheckpointHeaderOnly(t *testing.T) {
 	e := newEnv(t, nil)
 	rec := faulty.NewRecorder(e.img.Clone())
-	s, err := meta.Open(rec, storeOpts())
+	s, err := openStore(rec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,14 +54,14 @@ func TestCrashCheckpointHeaderOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := meta.Fsck(img, fsck.Options{})
+	rep, err := fsckImage(img)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(rep.Problems) > 0 {
 		t.Errorf("fsck -n of %v: %s (notes: %s)", cs, strings.Join(rep.Problems, "; "), strings.Join(rep.Notes, "; "))
 	}
-	s, err = meta.Open(img, storeOpts())
+	s, err = openStore(img)
 	if err != nil {
 		t.Fatalf("mount %v: %v", cs, err)
 	}
