@@ -30,10 +30,10 @@ var commandOrder = []string{"mkfs", "mount", "info", "fsck", "stream", "bmap", "
 // each --help and the usage errors print it; the README repeats it (a
 // test compares them).
 var synopsis = map[string]string{
-	"mkfs":    "mkfs [--size SIZE] [--ag-count N] [--block-size 4096] [-L LABEL] [--backend KIND] [--ftl SPEC [--ftl-trace FILE] | --zoned SPEC] [-f|--force] PATH",
+	"mkfs":    "mkfs [--size SIZE] [--ag-count N] [--block-size 4096] [-L LABEL] [--backend KIND] [--ftl SPEC [--ftl-trace FILE] | --zoned SPEC] [--metadev METADEV] [-f|--force] PATH",
 	"mount":   "mount [-o OPTIONS] PATH MOUNTPOINT",
-	"info":    "info [--json] PATH|MOUNTPOINT",
-	"fsck":    "fsck [-n] [-y|-p] [-f] [-v] [--backend KIND] PATH",
+	"info":    "info [--json] [--metadev METADEV] PATH|MOUNTPOINT",
+	"fsck":    "fsck [-n] [-y|-p] [-f] [-v] [--backend KIND] [--metadev METADEV] PATH",
 	"stream":  "stream max|get|set PATH [ID]",
 	"bmap":    "bmap [-v] [--json] FILE",
 	"stats":   "stats [--json | --interval SECONDS [--count N]] MOUNTPOINT",
@@ -64,8 +64,8 @@ func usageLine(cmd string) string { return "usage: streamfs " + synopsis[cmd] }
 // help text read the same definitions.
 var flagCommands = map[string]func(stderr io.Writer) *flag.FlagSet{
 	"mkfs":  func(w io.Writer) *flag.FlagSet { f, _ := mkfsFlags(w); return f },
-	"info":  func(w io.Writer) *flag.FlagSet { f, _ := infoFlags(w); return f },
-	"fsck":  func(w io.Writer) *flag.FlagSet { f, _, _, _, _ := fsckFlags(w); return f },
+	"info":  func(w io.Writer) *flag.FlagSet { f, _, _ := infoFlags(w); return f },
+	"fsck":  func(w io.Writer) *flag.FlagSet { f, _, _, _, _, _ := fsckFlags(w); return f },
 	"bmap":  func(w io.Writer) *flag.FlagSet { f, _ := bmapFlags(w); return f },
 	"stats": func(w io.Writer) *flag.FlagSet { f, _ := statsFlags(w); return f },
 }

@@ -12,7 +12,7 @@ import (
 )
 
 // fsckFlags defines fsck's flags.
-func fsckFlags(stderr io.Writer) (f *flag.FlagSet, no, yes, verbose *bool, kind *string) {
+func fsckFlags(stderr io.Writer) (f *flag.FlagSet, no, yes, verbose *bool, kind, metaDev *string) {
 	f = newFlags("fsck", stderr)
 	verbose = f.Bool("v", false, "verbose: on a zoned filesystem, each sequential zone's written, live and garbage blocks")
 	no = f.Bool("n", false, "check only: open the device read-only and change nothing (the default)")
@@ -21,8 +21,9 @@ func fsckFlags(stderr io.Writer) (f *flag.FlagSet, no, yes, verbose *bool, kind 
 	// repair; -f forces a full check, which every check is.
 	f.BoolVar(yes, "p", false, "the same as -y (e2fsck's preen: every streamfs repair is automatic)")
 	_ = f.Bool("f", false, "accepted for e2fsck habits: every check is a full check")
-	kind = f.String("backend", "", "force a backend: `KIND` is file, block, nvme or ftl (default: by what PATH is)")
-	return f, no, yes, verbose, kind
+	kind = f.String("backend", "", "force a backend: `KIND` is file, block, nvme, zns, ftl or zoned (default: by what PATH is)")
+	metaDev = f.String("metadev", "", "the metadata device `METADEV` of a filesystem made with mkfs --metadev (PATH is its zoned data device)")
+	return f, no, yes, verbose, kind, metaDev
 }
 
 // Fsck implements `streamfs fsck [-n] [-y] [-v] PATH`. It checks an unmounted
@@ -31,7 +32,7 @@ func fsckFlags(stderr io.Writer) (f *flag.FlagSet, no, yes, verbose *bool, kind 
 // status is e2fsck's: 0 clean, 1 errors corrected, 4 errors left
 // uncorrected, 8 operational error, 16 usage error.
 func Fsck(args []string, stdout, stderr io.Writer) int {
-	f, no, yes, verbose, kind := fsckFlags(stderr)
+	f, no, yes, verbose, kind, metaDev := fsckFlags(stderr)
 	pos, err := parseFlags(f, args)
 	if err != nil {
 		return fsck.Usage
@@ -57,8 +58,14 @@ func Fsck(args []string, stdout, stderr io.Writer) int {
 		}
 		return fsck.Operational
 	}
+	if *metaDev != "" {
+		if mounted, _ := backend.IsMounted(*metaDev); mounted {
+			fmt.Fprintf(stderr, "streamfs fsck: metadata device %s is mounted; unmount it first\n", *metaDev)
+			return fsck.Operational
+		}
+	}
 	// The device's exclusive lock keeps a streamfs daemon out (ErrBusy).
-	dev, err := openWaiting(path, backend.OpenOptions{ReadOnly: !*yes, Kind: *kind}, stderr, "fsck")
+	dev, err := openWaiting(path, backend.OpenOptions{ReadOnly: !*yes, Kind: *kind, MetaPath: *metaDev}, stderr, "fsck")
 	if err != nil {
 		if errors.Is(err, backend.ErrBusy) {
 			fmt.Fprintf(stderr, "streamfs fsck: %s: %v\n", path, err)

@@ -21,7 +21,7 @@ import (
 // is asked through the query ioctl; a device or image is read directly
 // (read-only; it works while the device is mounted too).
 func Info(args []string, stdout, stderr io.Writer) int {
-	f, asJSON := infoFlags(stderr)
+	f, asJSON, metaDev := infoFlags(stderr)
 	pos, err := parseFlags(f, args)
 	if err != nil {
 		return exitUsage
@@ -30,7 +30,7 @@ func Info(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, usageLine("info"))
 		return exitUsage
 	}
-	info, err := readInfo(pos[0])
+	info, err := readInfo(pos[0], *metaDev)
 	if err != nil {
 		return fail(stderr, "info", err)
 	}
@@ -44,12 +44,16 @@ func Info(args []string, stdout, stderr io.Writer) int {
 }
 
 // infoFlags defines info's flags.
-func infoFlags(stderr io.Writer) (*flag.FlagSet, *bool) {
-	f := newFlags("info", stderr)
-	return f, f.Bool("json", false, "print the geometry as JSON")
+func infoFlags(stderr io.Writer) (f *flag.FlagSet, asJSON *bool, metaDev *string) {
+	f = newFlags("info", stderr)
+	asJSON = f.Bool("json", false, "print the geometry as JSON")
+	metaDev = f.String("metadev", "", "the metadata device `METADEV` of a filesystem made with mkfs --metadev: the superblock is read there")
+	return f, asJSON, metaDev
 }
 
-func readInfo(path string) (sfs.InfoDoc, error) {
+// readInfo reads the geometry of the mount point or device at path; a
+// device made with mkfs --metadev has its superblock on metaDev.
+func readInfo(path, metaDev string) (sfs.InfoDoc, error) {
 	var info sfs.InfoDoc
 	if isDir(path) {
 		fh, err := os.Open(path)
@@ -69,12 +73,20 @@ func readInfo(path string) (sfs.InfoDoc, error) {
 		return info, err
 	}
 	defer fh.Close()
-	sb, backup, err := meta.ReadSuper(rawDevice{fh})
+	sbPath, sbFile := path, fh
+	if metaDev != "" {
+		if sbFile, err = os.Open(metaDev); err != nil {
+			return info, fmt.Errorf("metadata device: %w", err)
+		}
+		defer sbFile.Close()
+		sbPath = metaDev
+	}
+	sb, backup, err := meta.ReadSuper(rawDevice{sbFile})
 	if err != nil {
-		return info, fmt.Errorf("%s: %w", path, err)
+		return info, fmt.Errorf("%s: %w", sbPath, err)
 	}
 	if backup {
-		fmt.Fprintf(os.Stderr, "streamfs info: %s: primary superblock is corrupt; showing the backup copy\n", path)
+		fmt.Fprintf(os.Stderr, "streamfs info: %s: primary superblock is corrupt; showing the backup copy\n", sbPath)
 	}
 	info.Info = sb.Info()
 	if l, ok, err := ftl.ReadLabel(path); err == nil && ok {

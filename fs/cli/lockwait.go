@@ -26,9 +26,10 @@ func lockWait() time.Duration {
 	return 30 * time.Second
 }
 
-// openWaiting opens the device like backend.Open, but while its lock is held
-// by a process that is not serving a mount (a daemon still exiting after
-// umount) it waits, up to lockWait, saying so once on stderr.
+// openWaiting opens the device like backend.Open, but while its lock (or
+// its metadata device's) is held by a process that is not serving a mount
+// (a daemon still exiting after umount) it waits, up to lockWait, saying so
+// once on stderr.
 func openWaiting(path string, o backend.OpenOptions, stderr io.Writer, cmd string) (backend.Device, error) {
 	deadline := time.Now().Add(lockWait())
 	said := false
@@ -37,12 +38,22 @@ func openWaiting(path string, o backend.OpenOptions, stderr io.Writer, cmd strin
 		if err == nil || !errors.Is(err, backend.ErrBusy) || time.Now().After(deadline) {
 			return dev, err
 		}
-		if mounted, _ := backend.IsMounted(path); mounted {
-			return nil, err
+		paths := []string{path}
+		if o.MetaPath != "" {
+			paths = append(paths, o.MetaPath)
+		}
+		for _, p := range paths {
+			if mounted, _ := backend.IsMounted(p); mounted {
+				return nil, err
+			}
 		}
 		if !said {
 			who := "another process"
-			if pid := lockHolder(path); pid > 0 {
+			pid := lockHolder(path)
+			if pid == 0 && o.MetaPath != "" {
+				pid = lockHolder(o.MetaPath)
+			}
+			if pid > 0 {
 				who = fmt.Sprintf("PID %d", pid)
 				if c, rerr := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); rerr == nil {
 					who += " (" + strings.TrimSpace(string(c)) + ")"

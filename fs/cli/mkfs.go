@@ -19,7 +19,7 @@ import (
 // mkfsArgs are mkfs's flags.
 type mkfsArgs struct {
 	size, label, kind, ftlSpec, ftlTrace string
-	zonedSpec                            string
+	zonedSpec, metaDev                   string
 	agCount, blockSize                   uint
 	force                                bool
 }
@@ -33,9 +33,10 @@ func mkfsFlags(stderr io.Writer) (*flag.FlagSet, *mkfsArgs) {
 	f.StringVar(&a.label, "L", "", "the filesystem's `LABEL`")
 	f.BoolVar(&a.force, "f", false, "overwrite an existing filesystem, or resize an image")
 	f.BoolVar(&a.force, "force", false, "overwrite an existing filesystem, or resize an image")
-	f.StringVar(&a.kind, "backend", "", "force a backend: `KIND` is file, block, nvme or ftl (default: by what PATH is)")
+	f.StringVar(&a.kind, "backend", "", "force a backend: `KIND` is file, block, nvme, zns, ftl or zoned (default: by what PATH is)")
 	f.StringVar(&a.ftlSpec, "ftl", "", "model an FDP SSD in the image: `SPEC` is key=value,... (the keys below)")
 	f.StringVar(&a.zonedSpec, "zoned", "", "make the image an emulated zoned device: `SPEC` is zone=SIZE,cap=SIZE,conv=N,max_open=N,max_active=N,sector=N (\"default\": 64M zones, 4 conventional, 14 open); metadata goes to the conventional zones, file data to the sequential ones")
+	f.StringVar(&a.metaDev, "metadev", "", "keep the metadata on `METADEV` (an image file or a device that is not zoned) and the file data on the zoned device PATH, which then needs no conventional zones (a ZNS namespace, or --zoned conv=0,...); the metadata area is METADEV's whole zones of PATH's zone size")
 	f.StringVar(&a.ftlTrace, "ftl-trace", "", "record the device's commands from mkfs on to `FILE` (streamfs waf replay)")
 	return f, a
 }
@@ -60,6 +61,10 @@ func Mkfs(args []string, stdout, stderr io.Writer) (code int) {
 			fmt.Fprintf(stderr, "streamfs mkfs: --ftl: %v\n", err)
 			return exitUsage
 		}
+	}
+	if a.metaDev != "" && *ftlSpec != "" {
+		fmt.Fprintln(stderr, "streamfs mkfs: --metadev goes with a zoned device, --ftl models an FDP one; give one")
+		return exitUsage
 	}
 	var zgeom zoned.Geometry
 	if a.zonedSpec != "" {
@@ -125,6 +130,13 @@ func Mkfs(args []string, stdout, stderr io.Writer) (code int) {
 	if a.zonedSpec != "" && (st == nil || !st.Mode().IsRegular()) && !errors.Is(err, fs.ErrNotExist) {
 		return fail(stderr, "mkfs", fmt.Errorf("--zoned needs an image file: the zones' state lives in the image"))
 	}
+	if a.metaDev != "" {
+		if err := checkMetaDev(a.metaDev, *force, stderr); err != nil {
+			return fail(stderr, "mkfs", err)
+		}
+	}
+	// The data device alone until it is formatted: with --zoned it may not
+	// be zoned yet, and a split device needs a zoned one.
 	dev, err := openWaiting(path, backend.OpenOptions{Kind: *kind, Warn: warnTo(stderr, "mkfs")}, stderr, "mkfs")
 	if err != nil {
 		return fail(stderr, "mkfs", err)
@@ -178,6 +190,12 @@ func Mkfs(args []string, stdout, stderr io.Writer) (code int) {
 			return fail(stderr, "mkfs", err)
 		}
 	}
+	if a.metaDev != "" {
+		dev.Close()
+		if dev, err = backend.Open(path, backend.OpenOptions{Kind: *kind, MetaPath: a.metaDev, Warn: warnTo(stderr, "mkfs")}); err != nil {
+			return fail(stderr, "mkfs", err)
+		}
+	}
 	if *ftlTrace != "" {
 		// From mkfs on, so that a replay starts where the drive did.
 		if dev, err = traceDevice(dev, *ftlTrace, warnTo(stderr, "mkfs")); err != nil {
@@ -199,4 +217,28 @@ func Mkfs(args []string, stdout, stderr io.Writer) (code int) {
 	}
 	printInfo(stdout, path, doc)
 	return exitOK
+}
+
+// checkMetaDev refuses a metadata device (mkfs --metadev) that is missing,
+// mounted, or holds a filesystem without -f: mkfs overwrites its start.
+func checkMetaDev(path string, force bool, stderr io.Writer) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("--metadev: %w", err)
+	}
+	if !st.Mode().IsRegular() && st.Mode()&os.ModeDevice == 0 {
+		return fmt.Errorf("--metadev %s is neither an image file nor a device", path)
+	}
+	if mounted, _ := backend.IsMounted(path); mounted {
+		return fmt.Errorf("metadata device %s is mounted; refusing to format it", path)
+	}
+	md, err := openWaiting(path, backend.OpenOptions{ReadOnly: true, Warn: warnTo(stderr, "mkfs")}, stderr, "mkfs")
+	if err != nil {
+		return fmt.Errorf("metadata device: %w", err)
+	}
+	defer md.Close()
+	if sig := meta.Signature(md); sig != "" && !force {
+		return fmt.Errorf("metadata device %s already contains a filesystem (%s); use -f to overwrite it", path, sig)
+	}
+	return nil
 }

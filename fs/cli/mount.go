@@ -47,6 +47,7 @@ type mountOpts struct {
 	rules                          *rules.Set // stream_rules, then stream_rules_file
 	optRules, fileRules            *rules.Set // while parsing
 	ftlTrace                       string     // ftl_trace: record the device's commands here
+	metaDev                        string     // metadev: the metadata device beside a zoned one
 	uring                          sfs.UringMode
 }
 
@@ -122,12 +123,24 @@ var mountOptions = []mountOption{
 			o.cache = v == "on"
 			return nil
 		}},
-	{names: []string{"backend"}, arg: "file|block|nvme|ftl", help: "force a backend (by what PATH is; ftl: the image's modelled FDP SSD)",
+	{names: []string{"backend"}, arg: "file|block|nvme|zns|ftl|zoned", help: "force a backend (by what PATH is; nvme: an FDP namespace, zns: a zoned namespace, ftl: the image's modelled FDP SSD, zoned: an emulated zoned image)",
 		set: func(o *mountOpts, _, v string) error {
-			if v != "file" && v != "block" && v != "nvme" && v != "ftl" {
-				return fmt.Errorf("-o backend=%s: want file, block, nvme or ftl", v)
+			switch v {
+			case "file", "block", "nvme", "zns", "ftl", "zoned":
+			default:
+				return fmt.Errorf("-o backend=%s: want file, block, nvme, zns, ftl or zoned", v)
 			}
 			o.backend = v
+			return nil
+		}},
+	{names: []string{"metadev"}, arg: "METADEV", help: "the metadata device of a filesystem made with mkfs --metadev: PATH is then the zoned device with its file data",
+		set: func(o *mountOpts, _, v string) error {
+			// Absolute, as ftl_trace: the daemon runs in the background.
+			abs, err := filepath.Abs(v)
+			if err != nil {
+				return fmt.Errorf("-o metadev=%s: %w", v, err)
+			}
+			o.metaDev = abs
 			return nil
 		}},
 	{names: []string{"ftl_trace"}, arg: "FILE", help: "record every write, discard and flush the device gets, with stream and handle, for streamfs waf replay (appends to a trace of the same device)",
@@ -450,18 +463,21 @@ func runMount(path, mnt string, o mountOpts, stderr io.Writer, ready func(error)
 	// A write-protected device opens read-write all the same and only its
 	// writes fail, which would shut the filesystem down at the first
 	// commit: mount it read-only instead, as the kernel does.
-	if !o.ro {
-		wp, err := backend.WriteProtected(path)
+	for _, p := range []string{path, o.metaDev} {
+		if o.ro || p == "" {
+			continue
+		}
+		wp, err := backend.WriteProtected(p)
 		if err != nil {
 			return err
 		}
 		if wp {
-			log.Warn("device write-protected, mounting read-only", zap.String("device", path))
+			log.Warn("device write-protected, mounting read-only", zap.String("device", p))
 			o.ro = true
 		}
 	}
 	// The device first: "already mounted" explains more than a busy mount point.
-	dev, err := openWaiting(path, backend.OpenOptions{ReadOnly: o.ro, Kind: o.backend,
+	dev, err := openWaiting(path, backend.OpenOptions{ReadOnly: o.ro, Kind: o.backend, MetaPath: o.metaDev,
 		Warn: func(msg string) { log.Warn(msg) }}, stderr, "mount")
 	if err != nil {
 		if errors.Is(err, backend.ErrBusy) {
