@@ -10,6 +10,7 @@ import (
 
 	"github.com/streamfs/streamfs/backend"
 	"github.com/streamfs/streamfs/backend/ftl"
+	_ "github.com/streamfs/streamfs/backend/split" // --metadev, -o metadev=
 	"github.com/streamfs/streamfs/backend/zoned"
 	sfs "github.com/streamfs/streamfs/fs"
 	"github.com/streamfs/streamfs/fs/format"
