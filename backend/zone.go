@@ -105,6 +105,10 @@ type ZoneGeometry struct {
 	// zones; 0 means no limit.
 	MaxOpen   int `json:"max_open"`
 	MaxActive int `json:"max_active"`
+	// MaxAppend is the largest Zone Append in bytes (a ZNS drive's zone
+	// append size limit, or its transfer limit); 0 means no limit below
+	// the zone capacity.
+	MaxAppend int64 `json:"max_append,omitempty"`
 }
 
 // Zoned is a Device cut into zones. Its WriteAt writes a conventional zone

@@ -299,7 +299,7 @@ func newZonedFrom(d *Device, zi znsInfo) (*ZonedDevice, error) {
 // zones; a filesystem keeps its metadata elsewhere (another device).
 func (z *ZonedDevice) Geometry() backend.ZoneGeometry {
 	return backend.ZoneGeometry{ZoneSize: z.zoneSize, ZoneCap: z.zoneCap, Zones: z.zones,
-		MaxOpen: int(z.zns.maxOpen), MaxActive: int(z.zns.maxActive)}
+		MaxOpen: int(z.zns.maxOpen), MaxActive: int(z.zns.maxActive), MaxAppend: z.append}
 }
 
 // ReportZones implements backend.Zoned with Zone Management Receive, as

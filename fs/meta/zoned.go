@@ -47,6 +47,9 @@ import (
 type zoneData struct {
 	dev backend.Zoned
 	a   *zone.Allocator
+	// appendBlocks bounds one append: zoneAppendMax, or less where the
+	// device's zone append limit is lower (QEMU's ZNS: 512 KiB).
+	appendBlocks uint64
 	// loaded: the allocator holds the device's state (Load ran, read-write
 	// mount). Before that frees are not counted: Load counts the extents.
 	loaded atomic.Bool
@@ -137,7 +140,15 @@ func (s *Store) openZones() error {
 	if err != nil {
 		return fmt.Errorf("zone allocator: %w", err)
 	}
-	s.zones = &zoneData{dev: zdev, a: a, byStream: make(map[uint32]*zoneStreamStats), failed: make(chan struct{})}
+	limit := int64(zoneAppendMax)
+	if m := zdev.Geometry().MaxAppend; m > 0 {
+		limit = min(limit, m)
+	}
+	if limit < int64(s.bs) {
+		a.Close()
+		return fmt.Errorf("zoned device: zone append limit of %d bytes is below the block size %d", limit, s.bs)
+	}
+	s.zones = &zoneData{dev: zdev, a: a, appendBlocks: uint64(limit) / s.bs, byStream: make(map[uint32]*zoneStreamStats), failed: make(chan struct{})}
 	return nil
 }
 
@@ -214,8 +225,8 @@ func (s *Store) zoneFree(e alloc.Extent) {
 	}
 }
 
-// zoneAppendMax bounds one append: a pooled buffer's worth, below any
-// zone append size limit a drive is likely to have.
+// zoneAppendMax bounds one append: a pooled buffer's worth. A device with
+// a lower zone append limit lowers it (zoneData.appendBlocks).
 const zoneAppendMax = 1 << 20
 
 // zoneWriteLocked writes p at off out of place (see the top of the file).
@@ -237,7 +248,7 @@ func (s *Store) zoneWriteLocked(in *Inode, p []byte, off int64) (int, error) {
 			return done, err
 		}
 		e, err := s.zoneAlloc(zone.Request{Ino: in.attr.Ino, Stream: in.attr.Stream,
-			Len: min(hi-lo, zoneAppendMax/s.bs), Random: random, NoWait: true})
+			Len: min(hi-lo, s.zones.appendBlocks), Random: random, NoWait: true})
 		if err != nil {
 			s.unreserve(resv)
 			if errors.Is(err, zone.ErrNoSpace) {
@@ -572,7 +583,7 @@ func (s *Store) zoneMove(ctx context.Context, ino, lblk, n uint64, victimOf func
 func (s *Store) zoneMovePiece(ctx context.Context, in *Inode, x Extent, a, b uint64) error {
 	fblk := x.LBlk + (a - x.PBlk)
 	for a < b {
-		e, err := s.zones.a.AllocReclaim(ctx, x.Stream, min(b-a, zoneAppendMax/s.bs))
+		e, err := s.zones.a.AllocReclaim(ctx, x.Stream, min(b-a, s.zones.appendBlocks))
 		if err != nil {
 			return err
 		}

@@ -414,3 +414,52 @@ func TestZonedNoENOSPCDuringCommit(t *testing.T) {
 		t.Fatalf("file differs at %d", firstDiff(got, want))
 	}
 }
+
+// appendLimited is a zoned device with a zone append limit, as a ZNS
+// drive has (its ZASL): a larger append fails as the NVMe backend's does.
+type appendLimited struct {
+	*zoned.Device
+	max int64
+}
+
+func (d appendLimited) Geometry() backend.ZoneGeometry {
+	g := d.Device.Geometry()
+	g.MaxAppend = d.max
+	return g
+}
+
+func (d appendLimited) Append(p []byte, zoneOff int64, stream uint32) (int64, error) {
+	if int64(len(p)) > d.max {
+		return 0, fmt.Errorf("append of %d bytes, limit %d: %w", len(p), d.max, backend.ErrZoneInvalidWrite)
+	}
+	return d.Device.Append(p, zoneOff, stream)
+}
+
+// Writes and reclaim's copies keep to the device's zone append limit
+// (QEMU's ZNS namespace has 512 KiB, below the filesystem's own 1 MiB).
+func TestZonedAppendLimit(t *testing.T) {
+	path := newZonedImage(t, 8) // 48 MiB writable
+	dev := appendLimited{Device: openZoned(t, path), max: 128 << 10}
+	s, err := Open(dev, testOpts())
+	if err != nil {
+		dev.Close()
+		t.Fatal(err)
+	}
+	in := mustCreate(t, s, s.Root(), "f")
+	rng := rand.New(rand.NewPCG(3, 4))
+	want := make([]byte, 4<<20)
+	// 4 MiB at once, 20 times: 80 MiB through 48 MiB of zones.
+	for range 20 {
+		for i := range want {
+			want[i] = byte(rng.IntN(256))
+		}
+		mustWrite(t, s, in, want, 0)
+	}
+	if c, _ := s.ZoneCounters(); c.Resets == 0 {
+		t.Errorf("no zone reset after 80 MiB written to 48 MiB: %+v", c)
+	}
+	if got := readAll(t, s, in); !bytes.Equal(got, want) {
+		t.Fatalf("file differs at %d", firstDiff(got, want))
+	}
+	closeZoned(t, s, dev)
+}
