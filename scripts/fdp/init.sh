@@ -2,7 +2,7 @@
 # /init of the FDP test guest (see run.sh): loads the NVMe driver, checks
 # that the emulated drive shows FDP, runs the backend's VM tests (FDP, and
 # ZNS on the zoned namespace of a second controller) and, when the
-# initramfs holds streamfs, the filesystem test; prints STREAMFS-FDP: PASS
+# initramfs holds streamfs, the filesystem tests (on ZNS too); prints STREAMFS-FDP: PASS
 # or FAIL on the console and powers off.
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin
 /bin/busybox --install -s /bin
@@ -42,7 +42,7 @@ ctrl_of() {
 i=0
 while :; do
 	fdp=$(ctrl_of deadbeef) && [ -b "/dev/${fdp}n1" ] && [ -c "/dev/ng${fdp#nvme}n1" ] &&
-		{ [ "$(arg zns)" != 1 ] || { zns=$(ctrl_of zns0) && [ -c "/dev/ng${zns#nvme}n1" ]; }; } && break
+		{ [ "$(arg zns)" != 1 ] || { zns=$(ctrl_of zns0) && [ -c "/dev/ng${zns#nvme}n1" ] && [ -c "/dev/ng${zns#nvme}n2" ]; }; } && break
 	i=$((i + 1))
 	[ $i -gt 300 ] && fail "no FDP (and zoned) namespaces after 30s"
 	sleep 0.1
@@ -86,6 +86,11 @@ fi
 if [ "$(arg fs)" = 1 ]; then
 	/bin/guest-test.sh || fail "filesystem test"
 	echo "STREAMFS-FDP-FS: PASS"
+	if [ "$(arg zns)" = 1 ]; then
+		STREAMFS_ZNS_DEV="/dev/ng${zns#nvme}n1" STREAMFS_ZNS_FS_DEV="/dev/ng${zns#nvme}n2" \
+			/bin/guest-zns-test.sh || fail "filesystem test on ZNS"
+		echo "STREAMFS-ZNS-FS: PASS"
+	fi
 else
 	echo "STREAMFS-FDP-FS: SKIP (no streamfs CLI in the initramfs)"
 fi

@@ -16,9 +16,10 @@
 #   STREAMFS_FDP_LBA      namespace block size, 512 or 4096 (4096)
 #   STREAMFS_FDP_FS       auto (run the filesystem test when the streamfs
 #                         CLI has mkfs), 1 (require it) or 0 (skip it)
-#   STREAMFS_FDP_ZNS      1 (default): also give the guest a zoned (ZNS)
-#                         namespace on a second controller and run the
-#                         backend's ZNS test on it; 0: FDP only
+#   STREAMFS_FDP_ZNS      1 (default): also give the guest zoned (ZNS)
+#                         namespaces on a second controller and run the
+#                         backend's ZNS tests and (with the filesystem
+#                         test) the filesystem on them; 0: FDP only
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -227,6 +228,7 @@ build_initramfs() {
 
 	install -m 0755 "$here/init.sh" "$ir/init"
 	install -m 0755 "$here/guest-test.sh" "$ir/bin/guest-test.sh"
+	install -m 0755 "$here/guest-zns-test.sh" "$ir/bin/guest-zns-test.sh"
 	install -m 0755 "$work/nvme-fdpvm.test" "$ir/bin/nvme-fdpvm.test"
 	[ "$have_fs" = 1 ] && install -m 0755 "$work/streamfs" "$ir/bin/streamfs"
 	(cd "$ir" && find . -print0 | cpio --null -o -H newc --quiet | gzip -1) >"$work/initramfs.cpio.gz"
@@ -240,14 +242,20 @@ run_vm() {
 	truncate -s 1G "$img" # fresh every run: the FDP state restarts too
 	local zdev=()
 	if [ "$zns" = 1 ]; then
-		# A second controller with a zoned namespace: 8 MiB zones of 6 MiB
-		# capacity, 4 open and 6 active (backend/nvme/znsvm_test.go checks
-		# these numbers).
-		rm -f "$work/zns.img"
+		# A second controller with two zoned namespaces of 8 MiB zones of
+		# 6 MiB capacity. The first has 4 open and 6 active zones
+		# (backend/nvme/znsvm_test.go checks these numbers), too few for
+		# the filesystem to offer any stream; the second, for the
+		# filesystem test with streams, 14 open and active.
+		rm -f "$work/zns.img" "$work/zns2.img"
 		truncate -s 256M "$work/zns.img"
+		truncate -s 128M "$work/zns2.img"
+		local zopts=logical_block_size=4096,physical_block_size=4096,zoned=on,zoned.zone_size=8M,zoned.zone_capacity=6M
 		zdev=(-device nvme,serial=zns0,id=zns0
 			-drive file="$work/zns.img",if=none,id=zns,format=raw
-			-device nvme-ns,drive=zns,bus=zns0,nsid=1,logical_block_size=4096,physical_block_size=4096,zoned=on,zoned.zone_size=8M,zoned.zone_capacity=6M,zoned.max_open=4,zoned.max_active=6)
+			-device nvme-ns,drive=zns,bus=zns0,nsid=1,$zopts,zoned.max_open=4,zoned.max_active=6
+			-drive file="$work/zns2.img",if=none,id=zns2,format=raw
+			-device nvme-ns,drive=zns2,bus=zns0,nsid=2,$zopts,zoned.max_open=14,zoned.max_active=14)
 	fi
 	local append="console=ttyS0 panic=-1 streamfs.zns=$zns streamfs.bench=$bench streamfs.benchcount=${STREAMFS_FDP_BENCH_COUNT:-1} streamfs.fs=$have_fs streamfs.lba=$lba"
 	log "booting ($accel, timeout ${timeout_s}s); console in $console"
