@@ -132,9 +132,8 @@ func TestMetaDev(t *testing.T) {
 		t.Errorf("no zone reset after %d MiB of overwrites on 96 MiB of zones: %+v", rounds*len(files)*fileSize>>20, after)
 	}
 	t.Logf("data device: %+v", after)
-	// fsck of a zoned filesystem is still being taught the sequential
-	// zones' garbage; its verdict is logged, not asserted.
-	out, err := tryCmd(streamfsBin, "fsck", "-n", "--metadev", metaImg, data)
-	t.Logf("fsck -n: %v\n%s", err, out)
+	if out, err := tryCmd(streamfsBin, "fsck", "-n", "--metadev", metaImg, data); err != nil || !strings.Contains(out, ": clean") {
+		t.Errorf("fsck -n --metadev: %v\n%s", err, out)
+	}
 	check(mountAt(t, data, m.dir, m.opts...))
 }

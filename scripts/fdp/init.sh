@@ -2,8 +2,8 @@
 # /init of the FDP test guest (see run.sh): loads the NVMe driver, checks
 # that the emulated drive shows FDP, runs the backend's VM tests (FDP, and
 # ZNS on the zoned namespace of a second controller) and, when the
-# initramfs holds streamfs, the filesystem tests (on ZNS too); prints STREAMFS-FDP: PASS
-# or FAIL on the console and powers off.
+# initramfs holds streamfs, the filesystem tests (on FDP, then on ZNS);
+# prints STREAMFS-FDP: PASS or FAIL on the console and powers off.
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin
 /bin/busybox --install -s /bin
 mount -t proc proc /proc
