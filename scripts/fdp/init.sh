@@ -47,6 +47,16 @@ while :; do
 	[ $i -gt 300 ] && fail "no FDP (and zoned) namespaces after 30s"
 	sleep 0.1
 done
+# ns_node NSID prints the suffix (the Y of ngXnY and nvmeXnY) of the zoned
+# controller's namespace NSID: the kernel numbers the nodes in the order
+# its parallel scan finds the namespaces, not by namespace ID.
+ns_node() {
+	for n in /dev/ng${zns#nvme}n*; do
+		[ "$(nvme get-ns-id "$n" 2>/dev/null | grep -oE '[0-9]+$')" = "$1" ] && echo "${n##*n}" && return 0
+	done
+	echo "guest: no node for namespace $1 of $zns" >&2
+	return 1
+}
 export STREAMFS_NVME_DEV="/dev/ng${fdp#nvme}n1" STREAMFS_NVME_BLOCK="/dev/${fdp}n1" STREAMFS_TEST_DEV="/dev/${fdp}n1"
 
 # The drive must show FDP before any of our code runs.
@@ -66,12 +76,13 @@ echo "STREAMFS-FDP-BACKEND: PASS"
 
 if [ "$(arg zns)" = 1 ]; then
 	echo "guest: zoned namespace test"
-	nvme zns report-zones "/dev/${zns}n1" -d 4 || echo "guest: (nvme zns report-zones unavailable)"
+	z1=$(ns_node 1) && z2=$(ns_node 2) || fail "zoned namespaces"
+	nvme zns report-zones "/dev/ng${zns#nvme}n$z1" -d 4 || echo "guest: (nvme zns report-zones unavailable)"
 	# The block node exists when the kernel has zoned block devices;
 	# TestVMZonedOpen opens the namespace through it too when it does.
 	zblk=
-	[ -b "/dev/${zns}n1" ] && zblk="/dev/${zns}n1"
-	STREAMFS_ZNS_DEV="/dev/ng${zns#nvme}n1" STREAMFS_ZNS_BLOCK="$zblk" \
+	[ -b "/dev/${zns}n$z1" ] && zblk="/dev/${zns}n$z1"
+	STREAMFS_ZNS_DEV="/dev/ng${zns#nvme}n$z1" STREAMFS_ZNS_BLOCK="$zblk" \
 		/bin/nvme-fdpvm.test -test.v -test.run 'TestVMZoned' -test.count=1 ||
 		fail "zoned namespace test"
 	echo "STREAMFS-ZNS-BACKEND: PASS"
@@ -87,7 +98,7 @@ if [ "$(arg fs)" = 1 ]; then
 	/bin/guest-test.sh || fail "filesystem test"
 	echo "STREAMFS-FDP-FS: PASS"
 	if [ "$(arg zns)" = 1 ]; then
-		STREAMFS_ZNS_DEV="/dev/ng${zns#nvme}n1" STREAMFS_ZNS_FS_DEV="/dev/ng${zns#nvme}n2" \
+		STREAMFS_ZNS_DEV="/dev/ng${zns#nvme}n$z1" STREAMFS_ZNS_FS_DEV="/dev/ng${zns#nvme}n$z2" \
 			/bin/guest-zns-test.sh || fail "filesystem test on ZNS"
 		echo "STREAMFS-ZNS-FS: PASS"
 	fi
