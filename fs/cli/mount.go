@@ -134,26 +134,9 @@ var mountOptions = []mountOption{
 			return nil
 		}},
 	{names: []string{"metadev"}, arg: "METADEV", help: "the metadata device of a filesystem made with mkfs --metadev: PATH is then the zoned device with its file data",
-		set: func(o *mountOpts, _, v string) error {
-			// Absolute, as ftl_trace: the daemon runs in the background.
-			abs, err := filepath.Abs(v)
-			if err != nil {
-				return fmt.Errorf("-o metadev=%s: %w", v, err)
-			}
-			o.metaDev = abs
-			return nil
-		}},
+		set: func(o *mountOpts, k, v string) error { return absOpt(&o.metaDev, k, v) }},
 	{names: []string{"ftl_trace"}, arg: "FILE", help: "record every write, discard and flush the device gets, with stream and handle, for streamfs waf replay (appends to a trace of the same device)",
-		set: func(o *mountOpts, _, v string) error {
-			// Absolute: the background daemon does not keep the caller's
-			// working directory.
-			abs, err := filepath.Abs(v)
-			if err != nil {
-				return fmt.Errorf("-o ftl_trace=%s: %w", v, err)
-			}
-			o.ftlTrace = abs
-			return nil
-		}},
+		set: func(o *mountOpts, k, v string) error { return absOpt(&o.ftlTrace, k, v) }},
 	{names: []string{"discard", "nodiscard"}, help: "discard freed blocks once their free is durable (nodiscard)",
 		set: func(o *mountOpts, k, _ string) error { o.discard = k == "discard"; return nil }},
 	{names: []string{"errors"}, arg: "shutdown|remount-ro", help: "a failed metadata write shuts the filesystem down, as XFS; remount-ro is a synonym (shutdown)",
@@ -217,6 +200,17 @@ var mountOptions = []mountOption{
 			o.logJSON = v == "json"
 			return nil
 		}},
+}
+
+// absOpt sets *dst to the path option k=v made absolute: the background
+// daemon does not keep the caller's working directory.
+func absOpt(dst *string, k, v string) error {
+	abs, err := filepath.Abs(v)
+	if err != nil {
+		return fmt.Errorf("-o %s=%s: %w", k, v, err)
+	}
+	*dst = abs
+	return nil
 }
 
 // findMountOption returns the table entry spelled k.

@@ -12,14 +12,8 @@ log=/tmp/streamfs-mount.log
 lba=$(sed -n 's/.*streamfs\.lba=\([0-9]*\).*/\1/p' /proc/cmdline)
 lba=${lba:-4096}
 ru_blocks=$((8388608 / lba)) # fdp.runs=8M in run.sh
-pid=
-
-fail() {
-	echo "guest: FS FAIL: $*"
-	[ -f "$log" ] && tail -n 20 "$log"
-	[ -n "$pid" ] && umount "$mnt" 2>/dev/null
-	exit 1
-}
+what=FS
+. /bin/guest-lib.sh
 
 # ruamw prints "PID RUAMW" per placement identifier from nvme fdp status.
 ruamw() {
@@ -28,28 +22,10 @@ ruamw() {
 		/RUAMW/ { print p, $NF }'
 }
 
-mount_fs() {
-	streamfs mount -o backend=nvme "$dev" "$mnt" >"$log" 2>&1 &
-	pid=$!
-	i=0
-	until grep -q " $mnt fuse" /proc/mounts; do
-		i=$((i + 1))
-		kill -0 "$pid" 2>/dev/null || fail "mount daemon exited"
-		[ $i -gt 600 ] && fail "not mounted after 60s"
-		sleep 0.1
-	done
-}
-
-umount_fs() {
-	umount "$mnt" || fail "umount"
-	wait "$pid" || fail "mount daemon exited with status $?"
-	pid=
-}
-
 echo "guest: filesystem test"
 streamfs mkfs -f --backend nvme "$dev" || fail "mkfs"
 mkdir -p "$mnt"
-mount_fs
+mount_fs backend=nvme "$dev"
 streamfs stats "$mnt" || fail "stats"
 streamfs stats "$mnt" | grep -q 'backend=nvme' || fail "not on the nvme backend"
 max=$(streamfs stream max "$mnt" | grep -oE '[0-9]+' | tail -n 1)
@@ -109,7 +85,7 @@ done </tmp/ruamw.before
 [ $ok = 1 ] || fail "placement isolation"
 
 umount_fs
-mount_fs
+mount_fs backend=nvme "$dev"
 (cd "$mnt" && md5sum -c /tmp/sums) || fail "checksums after remount"
 [ "$(streamfs stream get "$mnt/s3" | grep -oE '[0-9]+' | tail -n 1)" = 3 ] ||
 	fail "stream of s3 lost across remount"

@@ -20,33 +20,8 @@ log=/tmp/streamfs-zns-mount.log
 zone=8388608 # zoned.zone_size=8M in run.sh
 cap_bytes=$((16 * 6291456)) # 16 zones of 6 MiB capacity (128M namespace)
 meta_zones=4                # the 32 MiB metadata image, in 8 MiB zones
-pid=
-
-fail() {
-	echo "guest: ZNS FS FAIL: $*"
-	[ -f "$log" ] && tail -n 20 "$log"
-	[ -n "$pid" ] && umount "$mnt" 2>/dev/null
-	exit 1
-}
-
-# mount_fs DEV METAIMG mounts in the background and waits for the mount.
-mount_fs() {
-	streamfs mount -o "metadev=$2" "$1" "$mnt" >"$log" 2>&1 &
-	pid=$!
-	i=0
-	until grep -q " $mnt fuse" /proc/mounts; do
-		i=$((i + 1))
-		kill -0 "$pid" 2>/dev/null || fail "mount daemon exited"
-		[ $i -gt 600 ] && fail "not mounted after 60s"
-		sleep 0.1
-	done
-}
-
-umount_fs() {
-	umount "$mnt" || fail "umount"
-	wait "$pid" || fail "mount daemon exited with status $?"
-	pid=
-}
+what="ZNS FS"
+. /bin/guest-lib.sh
 
 # zones FILE prints the zones FILE's extents lie in, one a line, from
 # streamfs bmap --json (block numbers of block_size bytes).
@@ -78,21 +53,21 @@ echo "guest: ZNS filesystem test, tight limits (4 open, 6 active)"
 truncate -s 32M /tmp/meta-tight.img || fail "metadata image"
 streamfs mkfs --metadev /tmp/meta-tight.img "$tight" || fail "mkfs (tight)"
 streamfs info --metadev /tmp/meta-tight.img "$tight" || fail "info (tight)"
-mount_fs "$tight" /tmp/meta-tight.img
+mount_fs metadev=/tmp/meta-tight.img "$tight"
 streamfs stats "$mnt" | grep -q 'backend=.*zns' || fail "not on a zns backend: $(streamfs stats "$mnt" | head -n 1)"
 max=$(streamfs stream max "$mnt" | grep -oE '[0-9]+' | tail -n 1)
 echo "guest: GET_MAX with 4 open / 6 active zones: ${max:-?} streams"
 dd if=/dev/urandom of="$mnt/f" bs=64k count=64 conv=fsync 2>/dev/null || fail "write (tight)"
 sum=$(md5sum <"$mnt/f")
 umount_fs
-mount_fs "$tight" /tmp/meta-tight.img
+mount_fs metadev=/tmp/meta-tight.img "$tight"
 [ "$(md5sum <"$mnt/f")" = "$sum" ] || fail "checksum after remount (tight)"
 umount_fs
 
 echo "guest: ZNS filesystem test (14 open and active)"
 truncate -s 32M /tmp/meta.img || fail "metadata image"
 streamfs mkfs --metadev /tmp/meta.img "$dev" || fail "mkfs"
-mount_fs "$dev" /tmp/meta.img
+mount_fs metadev=/tmp/meta.img "$dev"
 max=$(streamfs stream max "$mnt" | grep -oE '[0-9]+' | tail -n 1)
 echo "guest: GET_MAX with 14 open / 14 active zones: ${max:-?} streams"
 [ "${max:-0}" -ge 2 ] || fail "stream max is '${max:-}', want >= 2"
@@ -149,7 +124,7 @@ echo "guest: fsck -n"
 streamfs fsck -n --metadev /tmp/meta.img "$dev" | tee /tmp/fsck.out | sed 's/^/guest: /'
 grep -q ': clean$' /tmp/fsck.out || fail "fsck -n"
 
-mount_fs "$dev" /tmp/meta.img
+mount_fs metadev=/tmp/meta.img "$dev"
 (cd "$mnt" && md5sum -c /tmp/zns-sums) || fail "checksums after remount"
 [ "$(streamfs stream get "$mnt/s2" | grep -oE '[0-9]+' | tail -n 1)" = 2 ] ||
 	fail "stream of s2 lost across remount"

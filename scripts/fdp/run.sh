@@ -229,6 +229,7 @@ build_initramfs() {
 	install -m 0755 "$here/init.sh" "$ir/init"
 	install -m 0755 "$here/guest-test.sh" "$ir/bin/guest-test.sh"
 	install -m 0755 "$here/guest-zns-test.sh" "$ir/bin/guest-zns-test.sh"
+	install -m 0644 "$here/guest-lib.sh" "$ir/bin/guest-lib.sh"
 	install -m 0755 "$work/nvme-fdpvm.test" "$ir/bin/nvme-fdpvm.test"
 	[ "$have_fs" = 1 ] && install -m 0755 "$work/streamfs" "$ir/bin/streamfs"
 	(cd "$ir" && find . -print0 | cpio --null -o -H newc --quiet | gzip -1) >"$work/initramfs.cpio.gz"
