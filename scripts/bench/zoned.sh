@@ -12,7 +12,12 @@
 #             CPU per write, and from stats (zones) the bytes written and
 #             reclaimed in the random phase, cache hits/misses/stale; after
 #             it, from bmap, how many files share each zone and how many
-#             zones each file's data is in.
+#             zones each file's data is in. PROFILE=1: each seed run's
+#             daemon writes a Go CPU profile (NAME.pprof, its whole life:
+#             fill and random phase), and where perf is installed the
+#             random phase is also recorded with call graphs, kernel
+#             included (NAME.perf.data); NAME.pprof.txt has the top
+#             functions by cumulative time.
 #   hotcold   hot/cold mix as waf.sh runs it for FDP: a hot file (HOT)
 #             overwritten at random (4-64 KiB) at HOT_RATE until HOT_IO, and,
 #             at the same time, cold files written once at COLD_RATE (COLD
@@ -20,6 +25,12 @@
 #             cold 2, set on the directories) and without. Filesystem write
 #             amplification of the phase: (written + reclaimed) / written,
 #             from stats. ROUNDS rounds, alternating.
+#             With ROLL_FILES > 0 the device is held nearly full as waf.sh
+#             holds its drive: the cold files (COLD) are written before the
+#             phase and stay, ROLL_FILES files of ROLL (stream 3 with
+#             streams) are written too, and during the phase one picked at
+#             random is deleted and written again at ROLL_RATE, all the
+#             time; the fill is sampled every 2 s (NAME.fill: min-max %).
 #   verify    overwrite-heavy runs on a VERIFY_IMG image until reclaim has
 #             cycled the device CYCLES times: fio random writes with crc32c
 #             verify (verified again after a remount); SQLite updates
@@ -37,10 +48,15 @@
 #   SEED_JOBS=16 SEED_FILE=40M SEED_RUNTIME=20
 #   HC_IMG=1G HC_ZONED=zone=16M,conv=4,max_open=14,max_active=14
 #   HOT=150M HOT_IO=2G HOT_RATE=40m COLD=450M COLD_FILE=10M COLD_RATE=10m
+#   ROLL_FILES=0 ROLL=48M ROLL_RATE=27m (held full, as waf.sh; e.g. HOT=96M
+#   COLD=150M ROLL_FILES=13: 87-92% of a 1G image)
 #   VERIFY_IMG=512M VERIFY_ZONED=zone=8M,conv=4,max_open=14,max_active=14
 #   CYCLES=4 (device capacities written per verify run)
 #   PG_SCALE=10 (pgbench -s)
-#   PLOTS=docs/img (relative to the checkout)  RESULTS= (also copy the
+#   PROFILE=0 (1: CPU profiles of the seed runs' daemons)
+#   PLOTS=docs/img (relative to the checkout)  TAG= (suffix of the chart's
+#   file name: zoned$TAG.png)  REPLOT=SUMMARY (only redraw the chart from a
+#   kept summary.txt; no runs)  RESULTS= (also copy the
 #   summary and raw files there)
 source "$(dirname "$0")/lib.sh"
 
@@ -59,15 +75,71 @@ HOT_RATE=${HOT_RATE:-40m}
 COLD=${COLD:-450M}
 COLD_FILE=${COLD_FILE:-10M}
 COLD_RATE=${COLD_RATE:-10m}
+ROLL_FILES=${ROLL_FILES:-0}
+ROLL=${ROLL:-48M}
+ROLL_RATE=${ROLL_RATE:-27m}
 VERIFY_IMG=${VERIFY_IMG:-512M}
 VERIFY_ZONED=${VERIFY_ZONED:-zone=8M,conv=4,max_open=14,max_active=14}
 CYCLES=${CYCLES:-4}
 PG_SCALE=${PG_SCALE:-10}
+PROFILE=${PROFILE:-0}
 PLOTS=${PLOTS:-docs/img}
+TAG=${TAG:-}
+REPLOT=${REPLOT:-}
 RESULTS=${RESULTS:-}
 
 PLOT_DIR=$PLOTS
 [[ $PLOT_DIR == /* ]] || PLOT_DIR=$BENCH_ROOT/$PLOTS
+
+# chart SUMMARY: the per-round chart ($PLOT_DIR/zoned$TAG.png) from a
+# summary.txt, one panel per measure the summary has: throughput on/off
+# (KIOPS) and reclaim per byte written on/off of the seed runs, write
+# amplification none/streams of the hot/cold runs.
+chart() {
+	local sum=$1 dat rounds panels=() n fill= day
+	grep -q '^seed-[0-9]*.ratio\|^hc-[0-9]*.ratio' "$sum" || return 0
+	dat=$(mktemp)
+	rounds=$(mktemp)
+	awk '$1 ~ /^seed-(on|off)-[0-9]+\.kiops$/ || $1 ~ /^seed-(on|off)-[0-9]+\.reclaim_per_written$/ || $1 ~ /^hc-(none|streams)-[0-9]+\.wa$/ { print $1, $2 }' \
+		"$sum" >"$dat"
+	awk '{ split($1, p, "."); n = split(p[1], q, "-"); r = q[n]; k = q[1] "-" q[2] "." p[2]; v[r, k] = $2; if (r > R) R = r }
+		END { for (r = 1; r <= R; r++) printf "%d %s %s %s %s %s %s\n", r,
+			v[r, "seed-on.kiops"], v[r, "seed-off.kiops"], v[r, "seed-on.reclaim_per_written"], v[r, "seed-off.reclaim_per_written"],
+			v[r, "hc-none.wa"], v[r, "hc-streams.wa"] }' "$dat" >"$rounds"
+	[ -z "${BENCH_OUT:-}" ] || cp "$rounds" "$BENCH_OUT/chart.rounds"
+	if grep -q '^seed-[0-9]*.ratio' "$sum"; then
+		panels+=("set title \"seed 2 workload: 8 KiB random writes, QD4, $SEED_JOBS files\"; set ylabel \"KIOPS\"
+			plot \"$rounds\" using 2:xtic(1) title \"cache on\", \"\" using 3 title \"cache off\"")
+		panels+=("set title \"seed 2 workload: reclaimed / written\"; set ylabel \"bytes reclaimed per byte written\"
+			plot \"$rounds\" using 4:xtic(1) title \"cache on\", \"\" using 5 title \"cache off\"")
+	fi
+	if grep -q '^hc-[0-9]*.ratio' "$sum"; then
+		# Held full (ROLL_FILES > 0): the fill range of the runs in the title.
+		fill=$(awk '$1 ~ /^hc-(none|streams)-[0-9]+\.fill$/ { split($2, a, /[-%]/); if (lo == "" || a[1] < lo) lo = a[1]; if (a[2] > hi) hi = a[2] }
+			END { if (lo != "") printf ", %d-%d%% full", lo, hi }' "$sum")
+		panels+=("set title \"hot/cold mix: filesystem write amplification$fill\"; set ylabel \"(written + reclaimed) / written\"
+			plot \"$rounds\" using 6:xtic(1) title \"no streams\", \"\" using 7 title \"streams\"")
+	fi
+	n=${#panels[@]}
+	day=$(sed -n '1s/^# zoned.sh \([0-9-]*\).*/\1/p' "$sum")
+	mkdir -p "$PLOT_DIR"
+	{
+		echo "set terminal pngcairo size $((400 * n)),400 font \",10\""
+		echo "set output \"$PLOT_DIR/zoned$TAG.png\""
+		echo "set multiplot layout 1,$n title \"streamfs on an emulated zoned device (${day:+$day, }per round)\""
+		echo "set style data histograms; set style histogram clustered gap 1; set style fill solid 0.8 border -1"
+		echo "set key top left; set yrange [0:*]; set xlabel \"round\""
+		printf '%s\n' "${panels[@]}"
+		echo "unset multiplot"
+	} | gnuplot
+	rm -f "$dat" "$rounds"
+	log "wrote $PLOT_DIR/zoned$TAG.png"
+}
+
+if [ -n "$REPLOT" ]; then
+	chart "$REPLOT"
+	exit 0
+fi
 
 # The tools beyond lib.sh's, from Debian.
 missing=()
@@ -134,10 +206,11 @@ placement() {
 
 # ---- seed 2: inode-to-zone cache on/off ----
 seed_run() { # NAME on|off
-	local name=$1 cache=$2 w0 r0 w1 r1 t0 pid zb
+	local name=$1 cache=$2 w0 r0 w1 r1 t0 pid zb prof= perf=
 	log "seed $name (cache $cache)"
 	new_zoned "$SEED_IMG" "$SEED_ZONED"
-	mount_streamfs "$IMG" "$MNT" "placement_cache=$cache" "$BENCH_OUT/$name.log"
+	[ "$PROFILE" = 1 ] && prof=$BENCH_OUT/$name.pprof
+	mount_streamfs "$IMG" "$MNT" "placement_cache=$cache" "$BENCH_OUT/$name.log" "$prof"
 	pid=${DAEMON_PID[$MNT]}
 	# The files, written sequentially, then the measured random phase.
 	fio --name=seed --directory="$MNT" --rw=write --bs=1M --direct=1 --ioengine=psync \
@@ -145,6 +218,10 @@ seed_run() { # NAME on|off
 		--output="$BENCH_OUT/$name.fill.json" --output-format=json >/dev/null
 	read -r w0 r0 <<<"$(zstats)"
 	t0=$(cpu_ticks "$pid")
+	if [ "$PROFILE" = 1 ] && command -v perf >/dev/null; then
+		perf record -q -g -p "$pid" -o "$BENCH_OUT/$name.perf.data" -- sleep "$SEED_RUNTIME" 2>"$BENCH_OUT/$name.perf.log" &
+		perf=$!
+	fi
 	RUNTIME=$SEED_RUNTIME run_fio "$name" --name=seed --directory="$MNT" --rw=randwrite --bs=8k \
 		--iodepth=4 --ioengine=libaio --direct=1 --numjobs="$SEED_JOBS" --size="$SEED_FILE" \
 		--fallocate=none --randrepeat=0 --norandommap --time_based --runtime="$SEED_RUNTIME" --group_reporting
@@ -160,40 +237,90 @@ seed_run() { # NAME on|off
 	RES[$name.cache]=$(jq -r '.zones.alloc | "hits=\(.cache_hits) misses=\(.cache_misses) stale=\(.cache_stale) waits=\(.waits)"' "$BENCH_OUT/$name.stats.json")
 	placement "$name" "$(zone_blocks "$SEED_ZONED")" "$MNT"
 	log "$name: ${RES[$name.kiops]} KIOPS, ${RES[$name.cpu_us]} us CPU/write, written ${RES[$name.written_mib]} MiB, reclaimed ${RES[$name.reclaimed_mib]} MiB (WA ${RES[$name.wa]}), ${RES[$name.cache]}, files/zone ${RES[$name.files_per_zone]}, zones/file ${RES[$name.zones_per_file]}"
+	[ -z "$perf" ] || wait "$perf" || log "$name: perf record failed; see $BENCH_OUT/$name.perf.log"
 	unmount "$MNT"
+	if [ -n "$prof" ] && [ -s "$prof" ]; then
+		go tool pprof -top -cum -nodecount=40 "$STREAMFS_BIN" "$prof" >"$prof.txt" 2>&1 || true
+	fi
 	fsck_n "$name"
 }
 
 # ---- hot/cold ----
 hotcold_run() { # NAME STREAMS(0|1)
-	local name=$1 streams=$2 w0 r0 w1 r1 cold n
+	local name=$1 streams=$2 w0 r0 w1 r1 cold n stop sampler=
 	log "hotcold $name"
 	new_zoned "$HC_IMG" "$HC_ZONED"
 	mount_streamfs "$IMG" "$MNT" "" "$BENCH_OUT/$name.log"
-	mkdir -p "$MNT/hot" "$MNT/cold"
+	mkdir -p "$MNT/hot" "$MNT/cold" "$MNT/roll"
 	if [ "$streams" = 1 ]; then
 		"$STREAMFS_BIN" stream set "$MNT/hot" 1 >/dev/null
 		"$STREAMFS_BIN" stream set "$MNT/cold" 2 >/dev/null
+		"$STREAMFS_BIN" stream set "$MNT/roll" 3 >/dev/null
+	fi
+	n=$(($(bytes "$COLD") / $(bytes "$COLD_FILE")))
+	if [ "$ROLL_FILES" -gt 0 ]; then
+		# Held full: the static cold files and the rolling files first.
+		fio --name=cold --directory="$MNT/cold" --rw=write --bs=1M --direct=1 --nrfiles="$n" \
+			--size="$COLD" --ioengine=psync --fallocate=none --output="$BENCH_OUT/$name.fill-cold.json" --output-format=json >/dev/null
+		for i in $(seq 1 "$ROLL_FILES"); do
+			fio --name=roll --filename="$MNT/roll/r$i" --rw=write --bs=1M --direct=1 --size="$ROLL" \
+				--ioengine=psync --fallocate=none >/dev/null
+		done
 	fi
 	fio --name=hot --filename="$MNT/hot/hot.dat" --rw=write --bs=1M --direct=1 --size="$HOT" \
 		--ioengine=psync --fallocate=none --output="$BENCH_OUT/$name.fill-hot.json" --output-format=json >/dev/null
 	read -r w0 r0 <<<"$(zstats)"
-	# Cold files, each written once, at COLD_RATE, while the hot file is
-	# overwritten: both kinds of data reach the open zones at once.
-	n=$(($(bytes "$COLD") / $(bytes "$COLD_FILE")))
-	(
-		trap - EXIT INT TERM
-		for i in $(seq 1 "$n"); do
-			fio --name=cold --filename="$MNT/cold/c$i" --rw=write --bs=64k --direct=1 --size="$COLD_FILE" \
-				--ioengine=psync --fallocate=none --rate="$COLD_RATE" >/dev/null 2>&1 || exit 1
-		done
-	) &
-	cold=$!
+	stop=$BENCH_DIR/$name.stop
+	rm -f "$stop"
+	if [ "$ROLL_FILES" -gt 0 ]; then
+		# Rolling files: one picked at random deleted and written again, all
+		# the time, until the hot writer is done (the file in hand is
+		# finished, so every rewrite is whole and counted).
+		: >"$BENCH_OUT/$name.rolled"
+		(
+			trap - EXIT INT TERM
+			while [ ! -e "$stop" ]; do
+				i=$((RANDOM % ROLL_FILES + 1))
+				rm -f "$MNT/roll/r$i"
+				fio --name=roll --filename="$MNT/roll/r$i" --rw=write --bs=1M --direct=1 --size="$ROLL" \
+					--ioengine=psync --fallocate=none --rate="$ROLL_RATE" >/dev/null 2>&1 || exit 1
+				echo "$i" >>"$BENCH_OUT/$name.rolled"
+			done
+		) &
+		cold=$!
+		(
+			trap - EXIT INT TERM
+			while [ ! -e "$stop" ]; do
+				df --output=pcent "$MNT" | tail -1 | tr -dc 0-9
+				echo
+				sleep 2
+			done
+		) >"$BENCH_OUT/$name.fill" &
+		sampler=$!
+		BG+=("$sampler")
+	else
+		# Cold files, each written once, at COLD_RATE, while the hot file is
+		# overwritten: both kinds of data reach the open zones at once.
+		(
+			trap - EXIT INT TERM
+			for i in $(seq 1 "$n"); do
+				fio --name=cold --filename="$MNT/cold/c$i" --rw=write --bs=64k --direct=1 --size="$COLD_FILE" \
+					--ioengine=psync --fallocate=none --rate="$COLD_RATE" >/dev/null 2>&1 || exit 1
+			done
+		) &
+		cold=$!
+	fi
 	BG+=("$cold")
 	RUNTIME=1800 run_fio "$name" --name=hot --filename="$MNT/hot/hot.dat" --rw=randwrite \
 		--bssplit=4k/20:16k/40:64k/40 --direct=1 --size="$HOT" --io_size="$HOT_IO" --ioengine=psync \
 		--fallocate=none --randrepeat=0 --norandommap --rate="$HOT_RATE"
-	wait "$cold" || die "$name: a cold writer failed"
+	touch "$stop"
+	wait "$cold" || die "$name: a cold or rolling writer failed"
+	if [ "$ROLL_FILES" -gt 0 ]; then
+		wait "$sampler" 2>/dev/null || true
+		RES[$name.fill]=$(sort -n "$BENCH_OUT/$name.fill" | sed -n '1p;$p' | paste -sd- | sed 's/$/%/')
+		RES[$name.rolled_mib]=$(($(wc -l <"$BENCH_OUT/$name.rolled") * $(bytes "$ROLL") >> 20))
+	fi
 	"$STREAMFS_BIN" stats --json "$MNT" >"$BENCH_OUT/$name.stats.json"
 	read -r w1 r1 <<<"$(zstats)"
 	df -h "$MNT" | tail -1 >"$BENCH_OUT/$name.df"
@@ -201,7 +328,7 @@ hotcold_run() { # NAME STREAMS(0|1)
 	RES[$name.reclaimed_mib]=$(((r1 - r0) >> 20))
 	RES[$name.wa]=$(awk -v w="$((w1 - w0))" -v r="$((r1 - r0))" 'BEGIN { printf "%.3f", (w + r) / w }')
 	RES[$name.streams]=$(jq -r '[.zones.streams | to_entries[] | "s\(.key): \(.value.written_bytes / 1048576 | floor) MiB written, \(.value.reclaimed_bytes / 1048576 | floor) reclaimed"] | join("; ")' "$BENCH_OUT/$name.stats.json")
-	log "$name: WA ${RES[$name.wa]}: written ${RES[$name.written_mib]} MiB, reclaimed ${RES[$name.reclaimed_mib]} MiB (since mount: ${RES[$name.streams]}); $(cat "$BENCH_OUT/$name.df")"
+	log "$name: WA ${RES[$name.wa]}: written ${RES[$name.written_mib]} MiB, reclaimed ${RES[$name.reclaimed_mib]} MiB (since mount: ${RES[$name.streams]}); $(cat "$BENCH_OUT/$name.df")${RES[$name.fill]:+; fill ${RES[$name.fill]}, rolled ${RES[$name.rolled_mib]} MiB}"
 	unmount "$MNT"
 	fsck_n "$name"
 }
@@ -383,7 +510,7 @@ done
 
 # ---- summary ----
 {
-	echo "# zoned.sh $(date -u +%F) RUNS=\"$RUNS\" ROUNDS=$ROUNDS SEED_IMG=$SEED_IMG SEED_ZONED=$SEED_ZONED SEED_JOBS=$SEED_JOBS SEED_FILE=$SEED_FILE SEED_RUNTIME=$SEED_RUNTIME HC_IMG=$HC_IMG HC_ZONED=$HC_ZONED HOT=$HOT HOT_IO=$HOT_IO HOT_RATE=$HOT_RATE COLD=$COLD COLD_FILE=$COLD_FILE COLD_RATE=$COLD_RATE VERIFY_IMG=$VERIFY_IMG VERIFY_ZONED=$VERIFY_ZONED CYCLES=$CYCLES PG_SCALE=$PG_SCALE"
+	echo "# zoned.sh $(date -u +%F) RUNS=\"$RUNS\" ROUNDS=$ROUNDS SEED_IMG=$SEED_IMG SEED_ZONED=$SEED_ZONED SEED_JOBS=$SEED_JOBS SEED_FILE=$SEED_FILE SEED_RUNTIME=$SEED_RUNTIME HC_IMG=$HC_IMG HC_ZONED=$HC_ZONED HOT=$HOT HOT_IO=$HOT_IO HOT_RATE=$HOT_RATE COLD=$COLD COLD_FILE=$COLD_FILE COLD_RATE=$COLD_RATE ROLL_FILES=$ROLL_FILES ROLL=$ROLL ROLL_RATE=$ROLL_RATE VERIFY_IMG=$VERIFY_IMG VERIFY_ZONED=$VERIFY_ZONED CYCLES=$CYCLES PG_SCALE=$PG_SCALE"
 	for k in $(printf '%s\n' "${!RES[@]}" | sort); do echo "$k ${RES[$k]}"; done
 	# medians and ranges of the per-round ratios
 	span() { # LABEL KEYSUFFIX PREFIX
@@ -397,43 +524,10 @@ done
 	span hotcold.wa_streams/none ratio hc
 } | tee "$BENCH_OUT/summary.txt"
 
-# ---- chart ----
-if grep -q '^seed-[0-9]*.ratio\|^hc-[0-9]*.ratio' "$BENCH_OUT/summary.txt"; then
-	mkdir -p "$PLOT_DIR"
-	awk '$1 ~ /^seed-(on|off)-[0-9]+\.kiops$/ || $1 ~ /^seed-(on|off)-[0-9]+\.reclaim_per_written$/ || $1 ~ /^hc-(none|streams)-[0-9]+\.wa$/ { print $1, $2 }' \
-		"$BENCH_OUT/summary.txt" >"$BENCH_OUT/chart.dat"
-	# Per round: throughput on/off (KIOPS), reclaim per byte written on/off,
-	# hot/cold write amplification none/streams.
-	awk '{ split($1, p, "."); n = split(p[1], q, "-"); r = q[n]; k = q[1] "-" q[2] "." p[2]; v[r, k] = $2; if (r > R) R = r }
-		END { for (r = 1; r <= R; r++) printf "%d %s %s %s %s %s %s\n", r,
-			v[r, "seed-on.kiops"], v[r, "seed-off.kiops"], v[r, "seed-on.reclaim_per_written"], v[r, "seed-off.reclaim_per_written"],
-			v[r, "hc-none.wa"], v[r, "hc-streams.wa"] }' "$BENCH_OUT/chart.dat" >"$BENCH_OUT/chart.rounds"
-	gnuplot <<-EOF
-		set terminal pngcairo size 1200,400 font ",10"
-		set output "$PLOT_DIR/zoned.png"
-		set multiplot layout 1,3 title "streamfs on an emulated zoned device ($(date -u +%F), per round)"
-		set style data histograms
-		set style histogram clustered gap 1
-		set style fill solid 0.8 border -1
-		set key top left
-		set yrange [0:*]
-		set xlabel "round"
-		set title "seed 2 workload: 8 KiB random writes, QD4, $SEED_JOBS files"
-		set ylabel "KIOPS"
-		plot "$BENCH_OUT/chart.rounds" using 2:xtic(1) title "cache on", "" using 3 title "cache off"
-		set title "seed 2 workload: reclaimed / written"
-		set ylabel "bytes reclaimed per byte written"
-		plot "$BENCH_OUT/chart.rounds" using 4:xtic(1) title "cache on", "" using 5 title "cache off"
-		set title "hot/cold mix: filesystem write amplification"
-		set ylabel "(written + reclaimed) / written"
-		plot "$BENCH_OUT/chart.rounds" using 6:xtic(1) title "no streams", "" using 7 title "streams (hot 1, cold 2)"
-		unset multiplot
-	EOF
-	log "wrote $PLOT_DIR/zoned.png"
-fi
+chart "$BENCH_OUT/summary.txt"
 if [ -n "$RESULTS" ]; then
 	mkdir -p "$RESULTS"
-	cp "$BENCH_OUT"/summary.txt "$BENCH_OUT"/*.json "$BENCH_OUT"/*.fsck "$BENCH_OUT"/*.placement "$RESULTS"/ 2>/dev/null || true
+	cp "$BENCH_OUT"/summary.txt "$BENCH_OUT"/*.json "$BENCH_OUT"/*.fsck "$BENCH_OUT"/*.placement "$BENCH_OUT"/*.fill "$BENCH_OUT"/*.pprof.txt "$RESULTS"/ 2>/dev/null || true
 	cp "$BENCH_OUT"/chart.rounds "$RESULTS"/ 2>/dev/null || true
 	log "results copied to $RESULTS"
 fi
