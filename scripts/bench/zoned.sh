@@ -49,7 +49,7 @@
 #   HC_IMG=1G HC_ZONED=zone=16M,conv=4,max_open=14,max_active=14
 #   HOT=150M HOT_IO=2G HOT_RATE=40m COLD=450M COLD_FILE=10M COLD_RATE=10m
 #   ROLL_FILES=0 ROLL=48M ROLL_RATE=27m (held full, as waf.sh; e.g. HOT=96M
-#   COLD=150M ROLL_FILES=13: 87-92% of a 1G image)
+#   COLD=150M ROLL_FILES=12: 85-92% of a 1G image)
 #   VERIFY_IMG=512M VERIFY_ZONED=zone=8M,conv=4,max_open=14,max_active=14
 #   CYCLES=4 (device capacities written per verify run)
 #   PG_SCALE=10 (pgbench -s)
@@ -247,7 +247,7 @@ seed_run() { # NAME on|off
 
 # ---- hot/cold ----
 hotcold_run() { # NAME STREAMS(0|1)
-	local name=$1 streams=$2 w0 r0 w1 r1 cold n stop sampler=
+	local name=$1 streams=$2 w0 r0 w1 r1 cold n stop sampler= i
 	log "hotcold $name"
 	new_zoned "$HC_IMG" "$HC_ZONED"
 	mount_streamfs "$IMG" "$MNT" "" "$BENCH_OUT/$name.log"
