@@ -17,7 +17,8 @@
 #             fill and random phase), and where perf is installed the
 #             random phase is also recorded with call graphs, kernel
 #             included (NAME.perf.data); NAME.pprof.txt has the top
-#             functions by cumulative time.
+#             functions by cumulative time, NAME.perf.txt the phase's
+#             samples split into reclaim, write path, FUSE transport.
 #   hotcold   hot/cold mix as waf.sh runs it for FDP: a hot file (HOT)
 #             overwritten at random (4-64 KiB) at HOT_RATE until HOT_IO, and,
 #             at the same time, cold files written once at COLD_RATE (COLD
@@ -204,6 +205,48 @@ placement() {
 	read -r RES[$name.files_per_zone] RES[$name.zones_per_file] <"$BENCH_OUT/$name.placement"
 }
 
+# perf_split DATA: shares of the daemon's CPU samples in a perf record of
+# the random phase, by the frames on each sample's stack (a sample counts
+# for every row whose frames it has): reclaim and its parts (the scan of
+# every extent, the copy, the new mapping, the commit), the write path and
+# its parts, the FUSE transport (the request loop outside the write path:
+# reading requests, writing replies), the Go runtime.
+perf_split() {
+	perf script -i "$1" -F ip,sym 2>/dev/null | awk '
+		function has(k) { return index(st, k) > 0 }
+		function add(name, c) { order[name] = order[name] ? order[name] : ++no; if (c) n[name]++ }
+		function flush() {
+			if (st == "") return
+			tot++
+			r = has("Store).reclaimOnce"); w = has("Store).Write"); l = has("Server).loop")
+			add("reclaim (reclaimOnce)", r)
+			add("  scan of all extents (eachDataExtent)", r && has("eachDataExtent"))
+			add("  copy: read + append (zoneCopy)", r && has("zoneCopy"))
+			add("  new mapping (mapLocked)", r && has("mapLocked"))
+			add("  commit (wal Sync)", r && has("Log).Sync"))
+			add("write path (Store.Write)", w)
+			add("  data append (zoneAppend)", w && has("zoneAppend"))
+			add("  extent tree (mapLocked)", w && has("mapLocked"))
+			add("  zone allocator (zoneAlloc)", w && has("zoneAlloc"))
+			add("FUSE transport (request loop minus Store.Write)", l && !w)
+			add("  reading requests (readRequest)", has("readRequest") && !has("handleRequest"))
+			add("  writing replies (fuseFD.write)", has("fuseFD).write"))
+			add("    kernel: completing the request (fuse_request_end)", has("fuseFD).write") && has("fuse_request_end"))
+			add("Go runtime and the rest", !r && !l)
+			add("  goroutine stack growth (morestack)", has("runtime.morestack"))
+			add("all pwrite to the image", has("sys_pwrite64"))
+			st = ""
+		}
+		/^[^ \t]/ || /^$/ { flush(); next }
+		{ st = st "|" $0 }
+		END {
+			flush()
+			printf "%d samples\n", tot
+			for (k in order) o[order[k]] = k
+			for (i = 1; i <= no; i++) printf "%5.1f%%  %s\n", 100 * n[o[i]] / tot, o[i]
+		}'
+}
+
 # ---- seed 2: inode-to-zone cache on/off ----
 seed_run() { # NAME on|off
 	local name=$1 cache=$2 w0 r0 w1 r1 t0 pid zb prof= perf=
@@ -237,7 +280,13 @@ seed_run() { # NAME on|off
 	RES[$name.cache]=$(jq -r '.zones.alloc | "hits=\(.cache_hits) misses=\(.cache_misses) stale=\(.cache_stale) waits=\(.waits)"' "$BENCH_OUT/$name.stats.json")
 	placement "$name" "$(zone_blocks "$SEED_ZONED")" "$MNT"
 	log "$name: ${RES[$name.kiops]} KIOPS, ${RES[$name.cpu_us]} us CPU/write, written ${RES[$name.written_mib]} MiB, reclaimed ${RES[$name.reclaimed_mib]} MiB (WA ${RES[$name.wa]}), ${RES[$name.cache]}, files/zone ${RES[$name.files_per_zone]}, zones/file ${RES[$name.zones_per_file]}"
-	[ -z "$perf" ] || wait "$perf" || log "$name: perf record failed; see $BENCH_OUT/$name.perf.log"
+	if [ -n "$perf" ]; then
+		if wait "$perf"; then
+			perf_split "$BENCH_OUT/$name.perf.data" >"$BENCH_OUT/$name.perf.txt"
+		else
+			log "$name: perf record failed; see $BENCH_OUT/$name.perf.log"
+		fi
+	fi
 	unmount "$MNT"
 	if [ -n "$prof" ] && [ -s "$prof" ]; then
 		go tool pprof -top -cum -nodecount=40 "$STREAMFS_BIN" "$prof" >"$prof.txt" 2>&1 || true
@@ -527,7 +576,7 @@ done
 chart "$BENCH_OUT/summary.txt"
 if [ -n "$RESULTS" ]; then
 	mkdir -p "$RESULTS"
-	cp "$BENCH_OUT"/summary.txt "$BENCH_OUT"/*.json "$BENCH_OUT"/*.fsck "$BENCH_OUT"/*.placement "$BENCH_OUT"/*.fill "$BENCH_OUT"/*.pprof.txt "$RESULTS"/ 2>/dev/null || true
+	cp "$BENCH_OUT"/summary.txt "$BENCH_OUT"/*.json "$BENCH_OUT"/*.fsck "$BENCH_OUT"/*.placement "$BENCH_OUT"/*.fill "$BENCH_OUT"/*.pprof.txt "$BENCH_OUT"/*.perf.txt "$RESULTS"/ 2>/dev/null || true
 	cp "$BENCH_OUT"/chart.rounds "$RESULTS"/ 2>/dev/null || true
 	log "results copied to $RESULTS"
 fi
