@@ -103,10 +103,12 @@ chart() {
 	rounds=$(mktemp)
 	awk '$1 ~ /^seed-(on|off)-[0-9]+\.kiops$/ || $1 ~ /^seed-(on|off)-[0-9]+\.reclaim_per_written$/ || $1 ~ /^hc-(none|streams)-[0-9]+\.wa$/ { print $1, $2 }' \
 		"$sum" >"$dat"
+	# "-" for a measure the summary lacks, so the columns stay in place.
 	awk '{ split($1, p, "."); n = split(p[1], q, "-"); r = q[n]; k = q[1] "-" q[2] "." p[2]; v[r, k] = $2; if (r > R) R = r }
+		function f(x) { return x == "" ? "-" : x }
 		END { for (r = 1; r <= R; r++) printf "%d %s %s %s %s %s %s\n", r,
-			v[r, "seed-on.kiops"], v[r, "seed-off.kiops"], v[r, "seed-on.reclaim_per_written"], v[r, "seed-off.reclaim_per_written"],
-			v[r, "hc-none.wa"], v[r, "hc-streams.wa"] }' "$dat" >"$rounds"
+			f(v[r, "seed-on.kiops"]), f(v[r, "seed-off.kiops"]), f(v[r, "seed-on.reclaim_per_written"]), f(v[r, "seed-off.reclaim_per_written"]),
+			f(v[r, "hc-none.wa"]), f(v[r, "hc-streams.wa"]) }' "$dat" >"$rounds"
 	[ -z "${BENCH_OUT:-}" ] || cp "$rounds" "$BENCH_OUT/chart.rounds"
 	if grep -q '^seed-[0-9]*.ratio' "$sum"; then
 		panels+=("set title \"seed 2 workload: 8 KiB random writes, QD4, $SEED_JOBS files\"; set ylabel \"KIOPS\"
@@ -129,7 +131,7 @@ chart() {
 		echo "set output \"$PLOT_DIR/zoned$TAG.png\""
 		echo "set multiplot layout 1,$n title \"streamfs on an emulated zoned device (${day:+$day, }per round)\""
 		echo "set style data histograms; set style histogram clustered gap 1; set style fill solid 0.8 border -1"
-		echo "set key top left; set yrange [0:*]; set xlabel \"round\""
+		echo "set key top left; set yrange [0:*]; set xlabel \"round\"; set datafile missing \"-\""
 		printf '%s\n' "${panels[@]}"
 		echo "unset multiplot"
 	} | gnuplot
