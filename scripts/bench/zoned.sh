@@ -127,7 +127,7 @@ chart() {
 	day=$(sed -n '1s/^# zoned.sh \([0-9-]*\).*/\1/p' "$sum")
 	mkdir -p "$PLOT_DIR"
 	{
-		echo "set terminal pngcairo size $((400 * n)),400 font \",10\""
+		echo "set terminal pngcairo size $((n > 1 ? 400 * n : 640)),400 font \",10\""
 		echo "set output \"$PLOT_DIR/zoned$TAG.png\""
 		echo "set multiplot layout 1,$n title \"streamfs on an emulated zoned device (${day:+$day, }per round)\""
 		echo "set style data histograms; set style histogram clustered gap 1; set style fill solid 0.8 border -1"
