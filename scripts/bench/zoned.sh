@@ -395,9 +395,9 @@ cycled() {
 	RES[$1.wa]=$(awk -v w="$((w - $2))" -v r="$((r - $3))" 'BEGIN { printf "%.3f", (w + r) / w }')
 }
 
-remount() { # NAME
+remount() { # NAME [OPTS]
 	unmount "$MNT"
-	mount_streamfs "$IMG" "$MNT" "" "$BENCH_OUT/$1.log2"
+	mount_streamfs "$IMG" "$MNT" "${2:-}" "$BENCH_OUT/$1.log2"
 }
 
 verify_fio() {
@@ -511,7 +511,7 @@ verify_pgbench() {
 	c1=$(pgsu psql -h "$sock" -Atc "$check" postgres)
 	cycled "$name" 0 0
 	pg_stop
-	remount "$name"
+	remount "$name" allow_other
 	pg_start
 	c2=$(pgsu psql -h "$sock" -Atc "$check" postgres)
 	pgsu psql -h "$sock" -Atc "CREATE EXTENSION IF NOT EXISTS amcheck; SELECT count(*) FROM (SELECT bt_index_check(c.oid, true) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam WHERE a.amname = 'btree') x;" postgres \
