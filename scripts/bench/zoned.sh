@@ -37,7 +37,9 @@
 #             verify (verified again after a remount); SQLite updates
 #             compared with the same script run on tmpfs; pgbench (when
 #             PostgreSQL is installed) with its balance invariants checked
-#             after the run and after a remount. `streamfs fsck -n` after each.
+#             after the run and after a remount. `streamfs fsck -n` after
+#             every run of every experiment; the script fails (after its
+#             summary) when one is not clean.
 #
 # Speeds are only compared within one run (ratios): the machine may be
 # shared; the spread over the rounds is reported.
@@ -183,12 +185,15 @@ zstats() {
 }
 
 # fsck_n NAME: streamfs fsck -n on the unmounted image; records its status
-# and keeps its output.
+# and keeps its output. A run whose image is not clean fails the script at
+# the end (after the summary, so the other runs' results are kept).
+FSCK_BAD=()
 fsck_n() {
 	local rc=0
 	"$STREAMFS_BIN" fsck -n "$IMG" >"$BENCH_OUT/$1.fsck" 2>&1 || rc=$?
 	RES[$1.fsck]="rc=$rc $(grep -c -i -E 'error|leaked|corrupt' "$BENCH_OUT/$1.fsck" || true) problem-lines"
 	log "$1: fsck -n: ${RES[$1.fsck]}"
+	[ "$rc" = 0 ] || FSCK_BAD+=("$1")
 }
 
 # placement NAME ZONE_BLOCKS DIR: from bmap, the mean number of files with
@@ -582,3 +587,4 @@ if [ -n "$RESULTS" ]; then
 	cp "$BENCH_OUT"/chart.rounds "$RESULTS"/ 2>/dev/null || true
 	log "results copied to $RESULTS"
 fi
+[ ${#FSCK_BAD[@]} = 0 ] || die "fsck -n not clean after: ${FSCK_BAD[*]} (see $BENCH_OUT/NAME.fsck)"
