@@ -28,10 +28,11 @@ if ! command -v fusermount3 >/dev/null 2>&1; then
 fi
 command -v go >/dev/null || { echo "streamfs needs Go 1.26 or newer (https://go.dev/dl)" >&2; exit 1; }
 
-# A crashed daemon leaves a dead mount: stat gives ENOTCONN. Say what to do
-# before mkdir trips over it.
+# A crashed daemon leaves a dead mount: ls gives ENOTCONN (ECONNABORTED for
+# a moment after a daemon that served over io_uring). Say what to do before
+# mkdir trips over it.
 lserr=$(ls "$MNT" 2>&1 >/dev/null || true)
-if [[ $lserr == *"not connected"* ]]; then
+if [[ $lserr == *"not connected"* || $lserr == *"connection abort"* ]]; then
 	echo "streamfs: $MNT is a dead FUSE mount (its daemon died); clear it with: umount -l $MNT" >&2
 	exit 1
 fi

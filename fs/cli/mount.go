@@ -381,8 +381,9 @@ func splitMountArgs(args []string) (opts, pos, flags []string) {
 // dead mount left by a crashed daemon.
 func checkMountpoint(mnt string) error {
 	// stat may still answer from the kernel's attribute cache on a dead
-	// mount; open or readdir then give ENOTCONN.
-	dead := func(err error) bool { return errors.Is(err, syscall.ENOTCONN) }
+	// mount; open or readdir then give ENOTCONN (ECONNABORTED while the
+	// kernel tears down the rings of a daemon that served over io_uring).
+	dead := deadMountErr
 	deadErr := fmt.Errorf("%s is a dead FUSE mount (its daemon died); clear it with: umount -l %s", mnt, mnt)
 	st, err := os.Stat(mnt)
 	if dead(err) {

@@ -35,11 +35,18 @@ func streamfsMounts(path string) (live, dead []string) {
 		case err == nil:
 			d.Close()
 			live = append(live, mnt)
-		case errors.Is(err, syscall.ENOTCONN):
+		case deadMountErr(err):
 			dead = append(dead, mnt)
 		}
 	}
 	return live, dead
+}
+
+// deadMountErr reports the errors a FUSE mount whose daemon died answers:
+// ENOTCONN, or ECONNABORTED while the kernel still tears down the rings of
+// a daemon that served over io_uring.
+func deadMountErr(err error) bool {
+	return errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED)
 }
 
 // unescapeOctal undoes /proc's octal escapes (\040 for a space).

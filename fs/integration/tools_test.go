@@ -153,12 +153,13 @@ func TestRunScriptDeadMount(t *testing.T) {
 	<-m.exited
 	m.stopped = true // the cleanup lazily unmounts the dead mount
 	// Over io_uring the kernel aborts the connection when it tears the
-	// daemon's rings down, a moment after the process is gone; until then
-	// a cached directory still lists. Wait for the mount to be dead.
+	// daemon's rings down, a moment after the process is gone (ls says
+	// "connection abort" meanwhile, which run.sh knows too). Wait for
+	// either answer of a dead mount.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		out, _ := exec.Command("ls", m.dir).CombinedOutput()
-		if strings.Contains(string(out), "not connected") {
+		if strings.Contains(string(out), "not connected") || strings.Contains(string(out), "connection abort") {
 			break
 		}
 		if time.Now().After(deadline) {
