@@ -35,6 +35,16 @@ need() {
 	for c in "$@"; do command -v "$c" >/dev/null 2>&1 || die "missing tool: $c"; done
 }
 
+# install_missing CMD:PACKAGE ...: installs from Debian the packages whose
+# command is not on PATH.
+install_missing() {
+	local missing=() p
+	for p in "$@"; do command -v "${p%%:*}" >/dev/null || missing+=("${p#*:}"); done
+	[ ${#missing[@]} -eq 0 ] && return
+	log "installing ${missing[*]}"
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
 # fuse_abort MNT: abort the FUSE connection behind MNT (for a hung daemon).
 fuse_abort() {
 	local dev minor

@@ -228,15 +228,7 @@ if [ "${REPLOT:-0}" = 1 ]; then
 fi
 
 # The tools this experiment needs beyond lib.sh's, from Debian.
-missing=()
-command -v db_bench >/dev/null || missing+=(rocksdb-tools)
-command -v gnuplot >/dev/null || missing+=(gnuplot-nox)
-command -v fio >/dev/null || missing+=(fio)
-command -v jq >/dev/null || missing+=(jq)
-if [ ${#missing[@]} -gt 0 ]; then
-	log "installing ${missing[*]}"
-	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+install_missing db_bench:rocksdb-tools gnuplot:gnuplot-nox fio:fio jq:jq
 # This script uses neither loopback daemon; lib.sh builds them unless set.
 : "${LOOPBACK_BIN:=/bin/true}" "${STOCK_LOOPBACK_BIN:=/bin/true}"
 export LOOPBACK_BIN STOCK_LOOPBACK_BIN

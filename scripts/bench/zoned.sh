@@ -147,15 +147,7 @@ if [ -n "$REPLOT" ]; then
 fi
 
 # The tools beyond lib.sh's, from Debian.
-missing=()
-command -v gnuplot >/dev/null || missing+=(gnuplot-nox)
-command -v fio >/dev/null || missing+=(fio)
-command -v jq >/dev/null || missing+=(jq)
-command -v sqlite3 >/dev/null || missing+=(sqlite3)
-if [ ${#missing[@]} -gt 0 ]; then
-	log "installing ${missing[*]}"
-	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+install_missing gnuplot:gnuplot-nox fio:fio jq:jq sqlite3:sqlite3
 # This script uses neither loopback daemon; lib.sh builds them unless set.
 : "${LOOPBACK_BIN:=/bin/true}" "${STOCK_LOOPBACK_BIN:=/bin/true}"
 export LOOPBACK_BIN STOCK_LOOPBACK_BIN
