@@ -459,8 +459,9 @@ func (s *Store) reclaimBatch() int {
 }
 
 // reclaimOnce reclaims up to reclaimBatch victim zones (more than one only
-// while free zones stay low): copies their live blocks, commits the new
-// mapping, resets them. did is false when no zone holds garbage.
+// while free zones stay low and their live blocks fit one zone): copies
+// their live blocks, commits the new mapping, resets them. did is false
+// when no zone holds garbage.
 func (s *Store) reclaimOnce(ctx context.Context) (did bool, err error) {
 	z := s.zones
 	z.passMu.Lock()
@@ -476,13 +477,22 @@ func (s *Store) reclaimOnce(ctx context.Context) (did bool, err error) {
 	if !ok {
 		return false, nil
 	}
-	victims := []zone.Info{v}
+	// More victims only while their copies together fit in one zone: a
+	// pass resets nothing before its commit, so all its copies must find
+	// room in the reclaim reserve (two zones), as one victim's always do.
+	victims, live := []zone.Info{v}, v.Live
 	for len(victims) < s.reclaimBatch() && z.a.Space().FreeZones+len(victims) <= s.zoneLowWater() {
 		v, ok := z.a.Victim()
 		if !ok {
 			break
 		}
-		victims = append(victims, v)
+		if live+v.Live > s.sb.ZoneCap {
+			if err := z.a.Unpick(v.Index); err != nil {
+				return false, err
+			}
+			break
+		}
+		victims, live = append(victims, v), live+v.Live
 	}
 	z.victims.Add(uint64(len(victims)))
 	z.passes.Add(1)
