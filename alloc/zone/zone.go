@@ -136,7 +136,10 @@ type Options struct {
 	// always finds room and gives a zone back.
 	Reserve int
 	// LowWater is the free zone count at or below which reclaim is wanted
-	// (default Reserve+2).
+	// (default Reserve+1: one zone for writers beyond the reserve while a
+	// pass runs). Reclaim stops once free zones are above it, so a free
+	// zone kept beyond that is device space no victim can hold as garbage:
+	// its cost in copies grows with the zone size, so keep it low.
 	LowWater int
 	// Cache turns on seed 2's inode-to-zone cache with room for about
 	// CacheEntries inodes (default 65536).
@@ -267,7 +270,7 @@ func New(geo Geometry, dev Device, opts Options) (*Allocator, error) {
 		opts.Reserve = 2
 	}
 	if opts.LowWater == 0 {
-		opts.LowWater = opts.Reserve + 2
+		opts.LowWater = opts.Reserve + 1
 	}
 	if opts.CacheEntries == 0 {
 		opts.CacheEntries = 1 << 16
