@@ -103,13 +103,13 @@ func (s *Store) Write(in *Inode, p []byte, off int64, o WriteOpts) (int, error) 
 	for !done {
 		if err := s.clearPastEOFLocked(in, in.attr.Size, uint64(off)+uint64(n)); err != nil {
 			retry, werr := s.zoneWaitUnlocked(in, err)
-			if retry && !in.freed {
+			if in.freed {
+				return 0, syscall.ENOENT
+			}
+			if retry {
 				continue
 			}
-			if !retry {
-				err = werr
-			}
-			return n, err
+			return n, werr
 		}
 		m, werr := s.writeLocked(in, p[n:], off+int64(n))
 		n, err, done = n+m, werr, true
