@@ -481,7 +481,7 @@ func (s *Store) reclaimOnce(ctx context.Context) (did bool, err error) {
 	// pass resets nothing before its commit, so all its copies must find
 	// room in the reclaim reserve (two zones), as one victim's always do.
 	victims, live := []zone.Info{v}, v.Live
-	for len(victims) < s.reclaimBatch() && z.a.Space().FreeZones+len(victims) <= s.zoneLowWater() {
+	for len(victims) < s.reclaimBatch() && z.a.Space().FreeZones+len(victims) <= z.a.LowWater() {
 		v, ok := z.a.Victim()
 		if !ok {
 			break
@@ -548,12 +548,6 @@ func (s *Store) reclaimOnce(ctx context.Context) (did bool, err error) {
 		z.resets.Add(1)
 	}
 	return true, errors.Join(errs...)
-}
-
-// zoneLowWater is the free zone count below which reclaim keeps picking
-// victims: the allocator's low watermark.
-func (s *Store) zoneLowWater() int {
-	return s.zones.a.LowWater()
 }
 
 // zoneMove copies the blocks of file blocks [lblk, lblk+n) of ino that
